@@ -1,0 +1,89 @@
+"""pgstore's alembic environment.
+
+The database: the caller's ``pgstore_conninfo`` attribute (``pgstore.migrate``),
+else ``-x dsn=...``, else ``sqlalchemy.url`` in alembic.ini, else
+``PGSTORE_DSN``, else the libpq ``PG*`` variables. The schema: see
+``pgstore._migration.target_schema``. The version table lives in that schema.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+from alembic import context
+from sqlalchemy import create_engine, pool, text
+
+from pgstore import _schema
+from pgstore._migration import target_schema
+from pgstore.migrate import VERSION_TABLE
+
+config = context.config
+schema = target_schema()
+
+
+def _conninfo() -> str:
+    x_args = context.get_x_argument(as_dictionary=True)
+    return str(
+        config.attributes.get("pgstore_conninfo")
+        or x_args.get("dsn")
+        or os.environ.get("PGSTORE_DSN")
+        or ""
+    )
+
+
+def run_offline() -> None:
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url") or "postgresql+psycopg://",
+        literal_binds=True,
+        version_table=VERSION_TABLE,
+        version_table_schema=schema,
+        transactional_ddl=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    if url and not config.attributes.get("pgstore_conninfo"):
+        engine = create_engine(url, poolclass=pool.NullPool)
+    else:
+        conninfo = _conninfo()
+        engine = create_engine(
+            "postgresql+psycopg://",
+            creator=lambda: psycopg.connect(conninfo),
+            poolclass=pool.NullPool,
+        )
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            version_table=VERSION_TABLE,
+            version_table_schema=schema,
+            transactional_ddl=True,
+            transaction_per_migration=False,
+        )
+        with context.begin_transaction():
+            # Several hosts may migrate one schema at once (auto_migrate):
+            # one runs, the others wait and then find it at head.
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+                {"key": f"pgstore.migrate:{schema}"},
+            )
+            connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema.replace(chr(34), chr(34) * 2)}"'))
+            context.run_migrations()
+            if not context.get_context().get_current_heads():
+                # Downgraded to base: the version table was the last of ours.
+                raw = connection.connection.driver_connection
+                assert isinstance(raw, psycopg.Connection)
+                raw.execute(
+                    "DROP TABLE IF EXISTS "
+                    + '"' + schema.replace('"', '""') + '".' + VERSION_TABLE
+                )
+                _schema.drop_if_empty(raw, schema)
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,26 @@
+"""pgstore 0001: shared helpers and the schedule store.
+
+Frozen: runs 0001_schedules.up.sql / .down.sql beside this file, as written
+when this revision was made. Changes to sql/ need a new revision.
+
+Revision ID: pgstore_0001
+Revises:
+"""
+
+from __future__ import annotations
+
+from pgstore._migration import drop_schema_if_empty, run_sql_beside
+
+revision = "pgstore_0001"
+down_revision = None
+branch_labels = ("pgstore",)
+depends_on = None
+
+
+def upgrade() -> None:
+    run_sql_beside(__file__, "0001_schedules.up.sql")
+
+
+def downgrade() -> None:
+    run_sql_beside(__file__, "0001_schedules.down.sql")
+    drop_schema_if_empty()

@@ -1,0 +1,385 @@
+-- pgstore: shared helpers.
+--
+-- Every file in sql/ is loaded with search_path set to "<schema>, pg_temp",
+-- and every function pins that path with SET search_path FROM CURRENT, so
+-- no schema name appears in any body: the schema is chosen at migration time.
+
+CREATE FUNCTION schema_revision() RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgstore_0001'::text $$;
+
+COMMENT ON FUNCTION schema_revision() IS
+'The migration revision this schema''s objects were built by. The Python '
+'stores compare it with their migration head at start().';
+
+CREATE FUNCTION now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path FROM CURRENT
+AS $$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+
+COMMENT ON FUNCTION now_ms() IS
+'The database clock (clock_timestamp()) in epoch milliseconds. Every p_now '
+'argument that is NULL means this value, so callers on many hosts share one clock.';
+
+CREATE FUNCTION check_name(p_param text, p_value text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NULL OR p_value = '' OR length(p_value) > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s must be a non-empty string of at most 1024 characters', p_param);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_name(text, text) IS
+'Raises 22023 naming p_param unless p_value is a non-empty string of at most '
+'1024 characters (ids, owners, holders, worker ids).';
+
+CREATE FUNCTION check_positive(p_param text, p_value bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NULL OR p_value <= 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s must be a positive integer', p_param);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_positive(text, bigint) IS
+'Raises 22023 naming p_param unless p_value is a positive integer '
+'(lease_ms, ttl_ms, limit).';
+
+CREATE FUNCTION check_present(p_param text, p_value anyelement) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s must not be null', p_param);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_present(text, anyelement) IS
+'Raises 22023 naming p_param when p_value is NULL.';
+
+CREATE FUNCTION check_one_of(p_param text, p_value text, p_allowed text[]) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF p_value IS NULL OR NOT p_value = ANY (p_allowed) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('%s must be one of %s', p_param, array_to_string(p_allowed, ', '));
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_one_of(text, text, text[]) IS
+'Raises 22023 naming p_param unless p_value is one of p_allowed (kind, last_status).';
+-- pgstore: the schedule store's tables.
+--
+-- Storage is chosen for the claim path, which updates the same rows all day:
+-- fillfactor 70 leaves room on each page for the new row version, and the
+-- only index is the primary key, so claim, renew and complete never change an
+-- indexed column and stay HOT (heap-only) updates. schedule_claim_next with
+-- p_ids probes the primary key; without p_ids it scans the table, which is
+-- the price of keeping every update HOT (see README, "Storage").
+
+CREATE TABLE schedules (
+    id            text COLLATE "C" PRIMARY KEY,
+    kind          text   NOT NULL CHECK (kind IN ('cron', 'interval', 'once')),
+    spec          text   NOT NULL,
+    next_run_at   bigint,
+    last_run_at   bigint,
+    last_status   text   CHECK (last_status IN ('ok', 'error')),
+    fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
+    lease_owner   text,
+    lease_until   bigint,
+    updated_at    bigint NOT NULL
+) WITH (fillfactor = 70);
+
+COMMENT ON TABLE schedules IS
+'Durable scheduled tasks (cron, interval, one-shot) with claim leases and '
+'fencing tokens. Written only through the schedule_* functions.';
+COMMENT ON COLUMN schedules.spec IS
+'Cron expression (TZ=<zone> <cron> with a zone), interval ms or one-shot delay ms; opaque to the store.';
+COMMENT ON COLUMN schedules.next_run_at IS
+'Epoch ms of the next occurrence; NULL once a one-shot task has run (a tombstone).';
+COMMENT ON COLUMN schedules.fencing_token IS
+'Bumped by every successful claim; never goes backwards for an id, even across delete and register.';
+
+CREATE TABLE schedule_fences (
+    id            text COLLATE "C" PRIMARY KEY,
+    fencing_token bigint NOT NULL CHECK (fencing_token >= 0)
+);
+
+COMMENT ON TABLE schedule_fences IS
+'The fencing-token high-water mark of every schedule id ever deleted; '
+'schedule_register starts a re-registered id from it.';
+-- pgstore: the schedule store's API.
+--
+-- Every function validates all of its arguments before touching a row, so a
+-- bad argument raises 22023 (naming the parameter) and changes nothing,
+-- whatever the state of the row. Times are epoch ms; a NULL p_now means
+-- now_ms(), the database clock.
+
+CREATE FUNCTION schedule_get(p_id text) RETURNS SETOF schedules
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM check_name('id', p_id);
+    RETURN QUERY SELECT * FROM schedules WHERE id = p_id;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_get(text) IS
+'The record of p_id: zero or one row.';
+
+CREATE FUNCTION schedule_register(
+    p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL
+) RETURNS schedules
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint := coalesce(p_now, now_ms());
+    v_row schedules;
+BEGIN
+    PERFORM check_name('id', p_id);
+    PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
+    PERFORM check_present('spec', p_spec);
+
+    INSERT INTO schedules AS s (id, kind, spec, next_run_at, fencing_token, updated_at)
+    VALUES (p_id, p_kind, p_spec, p_next_run_at,
+            coalesce((SELECT f.fencing_token FROM schedule_fences f WHERE f.id = p_id), 0),
+            v_now)
+    ON CONFLICT (id) DO UPDATE
+        SET kind = excluded.kind,
+            spec = excluded.spec,
+            next_run_at = excluded.next_run_at,
+            updated_at = excluded.updated_at
+        WHERE (s.kind, s.spec) IS DISTINCT FROM (excluded.kind, excluded.spec);
+    -- ON CONFLICT locks the existing row even when it is left untouched.
+
+    -- A schedule_delete that committed while the INSERT waited on its row
+    -- lock wrote a fence that the INSERT's snapshot could not see. This
+    -- statement takes a new snapshot and lifts the token to that fence, so a
+    -- token never goes backwards, whatever the interleaving.
+    UPDATE schedules s
+       SET fencing_token = f.fencing_token
+      FROM schedule_fences f
+     WHERE s.id = p_id AND f.id = p_id AND f.fencing_token > s.fencing_token;
+
+    SELECT * INTO STRICT v_row FROM schedules WHERE id = p_id;
+    RETURN v_row;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint) IS
+'Absent: insert with fencing_token = the id''s high-water mark (or 0) and '
+'updated_at = now. Present with the same kind and spec: untouched (a restart '
+'keeps its next_run_at). Present with another kind or spec: overwrite kind, '
+'spec and next_run_at, updated_at = now; token, lease and last_* kept. '
+'Returns the stored row. p_next_run_at may be NULL (a tombstone).';
+
+CREATE FUNCTION schedule_claim_due(
+    p_id text, p_owner text, p_now bigint, p_lease_ms bigint
+) RETURNS SETOF schedules
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   bigint;
+    v_until bigint;
+BEGIN
+    PERFORM check_name('id', p_id);
+    PERFORM check_name('owner', p_owner);
+    PERFORM check_positive('lease_ms', p_lease_ms);
+    v_now := coalesce(p_now, now_ms());
+    v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
+
+    RETURN QUERY
+    UPDATE schedules s
+       SET lease_owner = p_owner,
+           lease_until = v_until,
+           fencing_token = s.fencing_token + 1
+     WHERE s.id = p_id
+       AND s.next_run_at IS NOT NULL
+       AND s.next_run_at <= v_now
+       AND (s.lease_until IS NULL OR s.lease_until <= v_now)
+    RETURNING s.*;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_claim_due(text, text, bigint, bigint) IS
+'Claims p_id for p_owner until now + p_lease_ms and bumps its fencing_token, '
+'only when it is due (next_run_at IS NOT NULL AND next_run_at <= now) and has '
+'no live lease (lease_until IS NULL OR lease_until <= now). Returns the claimed '
+'row, or no row: not due, leased elsewhere, or unknown. One UPDATE; concurrent '
+'claimers of one id get exactly one winner.';
+
+CREATE FUNCTION schedule_renew(
+    p_id text, p_fencing_token bigint, p_lease_until bigint
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_renewed boolean;
+BEGIN
+    PERFORM check_name('id', p_id);
+    PERFORM check_present('fencing_token', p_fencing_token);
+    PERFORM check_present('lease_until', p_lease_until);
+
+    UPDATE schedules
+       SET lease_until = p_lease_until
+     WHERE id = p_id
+       AND fencing_token = p_fencing_token
+       AND lease_owner IS NOT NULL
+    RETURNING true INTO v_renewed;
+    RETURN coalesce(v_renewed, false);
+END
+$$;
+
+COMMENT ON FUNCTION schedule_renew(text, bigint, bigint) IS
+'Sets lease_until = p_lease_until only if p_fencing_token matches and the claim '
+'is still held (lease_owner IS NOT NULL: not yet completed). False means the '
+'lease was lost: claimed again, completed, re-registered or deleted.';
+
+CREATE FUNCTION schedule_complete(
+    p_id text, p_fencing_token bigint, p_next_run_at bigint,
+    p_last_run_at bigint, p_last_status text, p_now bigint DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now       bigint;
+    v_completed boolean;
+BEGIN
+    PERFORM check_name('id', p_id);
+    PERFORM check_present('fencing_token', p_fencing_token);
+    PERFORM check_present('last_run_at', p_last_run_at);
+    PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
+    v_now := coalesce(p_now, now_ms());
+
+    UPDATE schedules
+       SET next_run_at = p_next_run_at,
+           last_run_at = p_last_run_at,
+           last_status = p_last_status,
+           lease_owner = NULL,
+           lease_until = NULL,
+           updated_at = v_now
+     WHERE id = p_id
+       AND fencing_token = p_fencing_token
+       AND lease_owner IS NOT NULL
+    RETURNING true INTO v_completed;
+    RETURN coalesce(v_completed, false);
+END
+$$;
+
+COMMENT ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) IS
+'Commits an occurrence only if p_fencing_token matches and the claim is still '
+'held: writes next_run_at (NULL = tombstone), last_run_at and last_status, '
+'clears the lease, updated_at = now. False when stale (claimed again since), '
+'already completed, re-registered or deleted; then nothing changes.';
+
+CREATE FUNCTION schedule_delete(p_id text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM check_name('id', p_id);
+
+    WITH gone AS (
+        DELETE FROM schedules WHERE id = p_id RETURNING id, fencing_token
+    )
+    INSERT INTO schedule_fences AS f (id, fencing_token)
+    SELECT id, fencing_token FROM gone
+    ON CONFLICT (id) DO UPDATE
+        SET fencing_token = excluded.fencing_token
+        WHERE f.fencing_token < excluded.fencing_token;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_delete(text) IS
+'Removes the record of p_id and raises its high-water mark in schedule_fences '
+'to the deleted token (never lowers it), in one statement. Unknown id: nothing.';
+
+CREATE FUNCTION schedule_list() RETURNS SETOF schedules
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM schedules ORDER BY id;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_list() IS
+'Every stored record, orphans and tombstones included, ordered by id.';
+
+CREATE FUNCTION schedule_claim_next(
+    p_owner text, p_now bigint, p_lease_ms bigint, p_limit integer, p_ids text[] DEFAULT NULL
+) RETURNS SETOF schedules
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   bigint;
+    v_until bigint;
+BEGIN
+    PERFORM check_name('owner', p_owner);
+    PERFORM check_positive('lease_ms', p_lease_ms);
+    PERFORM check_positive('limit', p_limit);
+    IF EXISTS (SELECT FROM unnest(p_ids) AS i(id)
+                WHERE i.id IS NULL OR i.id = '' OR length(i.id) > 1024) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'ids must hold non-empty strings of at most 1024 characters';
+    END IF;
+    v_now := coalesce(p_now, now_ms());
+    v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
+
+    -- ARRAY(subquery) is an InitPlan: the candidates are locked and collected
+    -- once, so no plan can re-scan them and claim more than p_limit rows.
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE schedules s
+           SET lease_owner = p_owner,
+               lease_until = v_until,
+               fencing_token = s.fencing_token + 1
+         WHERE s.id = ANY (ARRAY(
+                   SELECT c.id
+                     FROM schedules c
+                    WHERE c.next_run_at IS NOT NULL
+                      AND c.next_run_at <= v_now
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                      AND (p_ids IS NULL OR c.id = ANY (p_ids))
+                    ORDER BY c.next_run_at, c.id
+                    LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED))
+        RETURNING s.*
+    )
+    SELECT * FROM claimed ORDER BY next_run_at, id;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) IS
+'Claims up to p_limit due, unleased records for p_owner (earliest next_run_at '
+'first, ties by id), bumping each fencing_token, in one statement; rows locked '
+'by concurrent claimers are skipped. Only ids in p_ids when given (''{}'' claims '
+'nothing, NULL means no filter). Returns the claimed rows in that order. '
+'Never more than p_limit rows. An empty answer means nothing claimable right '
+'now, not that nothing is due.';

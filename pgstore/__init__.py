@@ -1,0 +1,39 @@
+"""pgstore: a PostgreSQL-native lease store for durable scheduled tasks and delayed job dispatch.
+
+The store's API is a set of SQL functions (see sql/); this package is a thin
+psycopg 3 wrapper over them, plus in-memory reference stores.
+"""
+
+from __future__ import annotations
+
+from ._resources import versions_dir
+from ._schema import DEFAULT_SCHEMA, HEAD_REVISION
+from .errors import InvalidArgument, PgStoreError, SchemaNotReady
+from .memory_schedules import MemoryScheduleStore
+from .models import ClaimResult, CompletePatch, LastStatus, ScheduleKind, ScheduleRecord
+from .schedules import AsyncPgScheduleStore, PgScheduleStore
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "HEAD_REVISION",
+    "AsyncPgScheduleStore",
+    "ClaimResult",
+    "CompletePatch",
+    "InvalidArgument",
+    "LastStatus",
+    "MemoryScheduleStore",
+    "PgScheduleStore",
+    "PgStoreError",
+    "ScheduleKind",
+    "ScheduleRecord",
+    "SchemaNotReady",
+    "migrate",
+    "versions_dir",
+]
+
+
+def migrate(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
+    """Upgrade ``schema`` on ``conninfo`` to ``revision`` (see ``pgstore.migrate.migrate``)."""
+    from .migrate import migrate as upgrade
+
+    upgrade(conninfo, schema, revision)

@@ -1,0 +1,112 @@
+"""Argument checks.
+
+Two layers. ``text``, ``integer`` and ``text_list`` check only what SQL
+cannot see (Python types, NUL characters, the bigint range); the PostgreSQL
+stores run them before sending a call, and leave the value rules to the SQL
+functions. The value rules (``name``, ``positive``, ``present``, ``one_of``,
+``add``) mirror sql/00_common.sql word for word for the in-memory stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from .errors import InvalidArgument
+
+BIGINT_MIN = -(2**63)
+BIGINT_MAX = 2**63 - 1
+INTEGER_MAX = 2**31 - 1
+NAME_MAX_CHARS = 1024
+
+_S = TypeVar("_S", bound=str)
+
+
+def text(param: str, value: object) -> None:
+    """A string (or None) that PostgreSQL can store: no NUL character."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{param} must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{param} must not contain NUL characters")
+
+
+def integer(param: str, value: object, *, maximum: int = BIGINT_MAX) -> None:
+    """An int (not a bool), or None, that fits the SQL type (bigint by default)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{param} must be an integer, not {type(value).__name__}")
+    if not BIGINT_MIN <= value <= maximum:
+        raise InvalidArgument(f"{param} is out of range", sqlstate="22003")
+
+
+def text_list(param: str, value: object) -> None:
+    """None, or a list or tuple of strings with no NUL character."""
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)):
+        raise InvalidArgument(f"{param} must be a list of strings, not {type(value).__name__}")
+    for item in value:
+        text(param, item)
+
+
+def name(param: str, value: object) -> str:
+    """An id, owner, holder or worker id: a non-empty string of at most 1024 characters."""
+    text(param, value)
+    if not isinstance(value, str) or value == "" or len(value) > NAME_MAX_CHARS:
+        raise InvalidArgument(f"{param} must be a non-empty string of at most 1024 characters")
+    return value
+
+
+def positive(param: str, value: object, *, maximum: int = BIGINT_MAX) -> int:
+    """A positive integer (lease_ms, ttl_ms, limit)."""
+    integer(param, value, maximum=maximum)
+    if not isinstance(value, int) or value <= 0:
+        raise InvalidArgument(f"{param} must be a positive integer")
+    return value
+
+
+def present_int(param: str, value: object) -> int:
+    """A non-null integer."""
+    integer(param, value)
+    if not isinstance(value, int):
+        raise InvalidArgument(f"{param} must not be null")
+    return value
+
+
+def present_text(param: str, value: object) -> str:
+    """A non-null string."""
+    text(param, value)
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{param} must not be null")
+    return value
+
+
+def one_of(param: str, value: object, allowed: Sequence[_S]) -> _S:
+    """One of the allowed strings (kind, last_status)."""
+    text(param, value)
+    for candidate in allowed:
+        if value == candidate:
+            return candidate
+    raise InvalidArgument(f"{param} must be one of {', '.join(allowed)}")
+
+
+def names(param: str, value: object) -> list[str] | None:
+    """None, or a list of valid names (``claim_next``'s ids)."""
+    text_list(param, value)
+    if value is None:
+        return None
+    assert isinstance(value, (list, tuple))
+    if any(not isinstance(v, str) or v == "" or len(v) > NAME_MAX_CHARS for v in value):
+        raise InvalidArgument(f"{param} must hold non-empty strings of at most 1024 characters")
+    return list(value)
+
+
+def add(a: int, b: int) -> int:
+    """``a + b`` as bigint arithmetic: out of range is an error, never a wrapped value."""
+    total = a + b
+    if not BIGINT_MIN <= total <= BIGINT_MAX:
+        raise InvalidArgument("bigint out of range", sqlstate="22003")
+    return total

@@ -1,0 +1,29 @@
+"""The exceptions pgstore raises."""
+
+from __future__ import annotations
+
+__all__ = ["InvalidArgument", "PgStoreError", "SchemaNotReady"]
+
+
+class PgStoreError(Exception):
+    """Base class of pgstore's own errors."""
+
+
+class InvalidArgument(PgStoreError, ValueError):
+    """A bad argument: the call changed nothing.
+
+    ``sqlstate`` is ``22023`` (invalid_parameter_value) for a value outside the
+    contract, or ``22003`` (numeric_value_out_of_range) for arithmetic that
+    would overflow a bigint; the message names the parameter.
+    """
+
+    def __init__(self, message: str, *, sqlstate: str = "22023") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class SchemaNotReady(PgStoreError):
+    """The store's schema is missing or not at the migration head.
+
+    The message says what to run (``pgstore migrate --schema NAME``).
+    """

@@ -1,0 +1,78 @@
+"""Migrating a store's schema with alembic.
+
+Stand-alone: ``migrate(conninfo, schema=...)`` (or ``pgstore migrate``, or
+``alembic -x schema=NAME upgrade head`` with ``script_location`` pointing at
+``pgstore/migrations``) keeps its version table, ``alembic_version``, inside
+the store's schema. As a branch of a host app's history: add
+``versions_dir()`` to the host's ``version_locations``, let a host revision
+``depends_on = "pgstore_0001"`` (or later), and choose the schema with
+``pgstore_schema = NAME`` in the host's alembic.ini or ``-x schema=NAME``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from psycopg import sql
+
+from ._resources import migrations_dir, versions_dir
+from ._schema import DEFAULT_SCHEMA, HEAD_REVISION, check_schema
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "HEAD_REVISION",
+    "VERSION_TABLE",
+    "alembic_config",
+    "current_revision",
+    "downgrade",
+    "migrate",
+    "versions_dir",
+]
+
+#: The alembic version table's name, inside the store's schema.
+VERSION_TABLE = "alembic_version"
+
+
+def alembic_config(conninfo: str = "", schema: str = DEFAULT_SCHEMA) -> Config:
+    """An alembic ``Config`` for pgstore's own history on ``conninfo`` (libpq syntax or URI)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["pgstore_conninfo"] = conninfo
+    cfg.attributes["pgstore_schema"] = check_schema(schema)
+    return cfg
+
+
+def migrate(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
+    """Upgrade ``schema`` to ``revision`` (the head by default), in one transaction.
+
+    Concurrent migrations of one schema (several hosts starting with
+    ``auto_migrate``) are serialised by a transaction-scoped advisory lock.
+    """
+    command.upgrade(alembic_config(conninfo, schema), revision)
+
+
+def downgrade(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:
+    """Downgrade ``schema``; to ``base`` removes every object the store created, schema included."""
+    command.downgrade(alembic_config(conninfo, schema), revision)
+
+
+def current_revision(conninfo: str = "", schema: str = DEFAULT_SCHEMA) -> str | None:
+    """The revision recorded in the schema's version table, or None when unmigrated."""
+    check_schema(schema)
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL",
+            (schema, VERSION_TABLE),
+        ).fetchone()
+        if row is None or not row[0]:
+            return None
+        found = conn.execute(
+            sql.SQL("SELECT version_num FROM {}.{}").format(
+                sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
+            )
+        ).fetchone()
+        return None if found is None else str(found[0])

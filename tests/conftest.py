@@ -1,0 +1,78 @@
+"""Store fixtures: the conformance suites run against every implementation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgstore import AsyncPgScheduleStore, MemoryScheduleStore, PgScheduleStore
+
+
+class SyncOverAsync:
+    """Drives an asyncio store from sync test code, one event loop per test."""
+
+    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run_until_complete(attr(*args, **kwargs))
+
+        return call
+
+
+@dataclass
+class StoreUnderTest:
+    """A store, and a way to read its whole state (records and fences)."""
+
+    store: Any
+    fences: Callable[[], dict[str, int]]
+
+    def state(self) -> tuple[list[Any], dict[str, int]]:
+        return self.store.list(), self.fences()
+
+
+def _pg_fences(dsn: str, schema: str) -> Callable[[], dict[str, int]]:
+    def read() -> dict[str, int]:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                psycopg.sql.SQL("SELECT id, fencing_token FROM {}.schedule_fences").format(
+                    psycopg.sql.Identifier(schema)
+                )
+            ).fetchall()
+        return dict(rows)
+
+    return read
+
+
+@pytest.fixture(params=["memory", "pg", "async_pg"])
+def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
+    kind = request.param
+    if kind == "memory":
+        memory = MemoryScheduleStore()
+        yield StoreUnderTest(memory, lambda: dict(memory._fences))
+        return
+    dsn = request.getfixturevalue("pgstore_database")
+    schema = request.getfixturevalue("pgstore_schema")
+    if kind == "pg":
+        store = PgScheduleStore(dsn, schema=schema)
+        store.start()
+        yield StoreUnderTest(store, _pg_fences(dsn, schema))
+        store.close()
+        return
+    loop = asyncio.new_event_loop()
+    async_store = AsyncPgScheduleStore(dsn, schema=schema)
+    loop.run_until_complete(async_store.start())
+    yield StoreUnderTest(SyncOverAsync(async_store, loop), _pg_fences(dsn, schema))
+    loop.run_until_complete(async_store.close())
+    loop.close()

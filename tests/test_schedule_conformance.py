@@ -1,0 +1,390 @@
+"""SPEC §4 and §6 for every schedule store: memory, PostgreSQL sync and asyncio."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pgstore import CompletePatch, InvalidArgument
+from tests.conftest import StoreUnderTest
+
+LEASE = 1_000
+
+
+def _registered(s: Any, id: str = "t", next_run_at: int | None = 100, now: int = 10) -> Any:
+    return s.register(id, "interval", "1000", next_run_at, now)
+
+
+def test_get_unknown_is_none(schedules: StoreUnderTest) -> None:
+    assert schedules.store.get("nope") is None
+
+
+def test_register_absent_inserts_at_token_zero(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    rec = s.register("t", "cron", "TZ=Europe/Berlin 30 2 * * *", 500, 42)
+    assert (rec.id, rec.kind, rec.spec, rec.next_run_at) == (
+        "t", "cron", "TZ=Europe/Berlin 30 2 * * *", 500
+    )
+    assert rec.fencing_token == 0
+    assert rec.updated_at == 42
+    assert (rec.last_run_at, rec.last_status, rec.lease_owner, rec.lease_until) == (
+        None, None, None, None
+    )
+    assert s.get("t") == rec
+
+
+def test_register_same_kind_and_spec_is_untouched(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    first = _registered(s)
+    claim = s.claim_due("t", "w1", 150, LEASE)
+    assert claim is not None
+    again = s.register("t", "interval", "1000", 9_999, 77)
+    assert again == claim.record
+    assert again.next_run_at == 100 and again.updated_at == first.updated_at
+
+
+def test_register_changed_spec_overwrites_but_keeps_token_lease_last(
+    schedules: StoreUnderTest,
+) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 150, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 150, "error"), 160)
+    claim2 = s.claim_due("t", "w2", 2_000, LEASE)
+    assert claim2 is not None
+    changed = s.register("t", "interval", "5000", 7_000, 2_100)
+    assert (changed.kind, changed.spec, changed.next_run_at, changed.updated_at) == (
+        "interval", "5000", 7_000, 2_100
+    )
+    assert changed.fencing_token == claim2.fencing_token == 2
+    assert (changed.lease_owner, changed.lease_until) == ("w2", 3_000)
+    assert (changed.last_run_at, changed.last_status) == (150, "error")
+
+
+def test_register_changed_kind_overwrites(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    changed = s.register("t", "once", "1000", None, 20)
+    assert (changed.kind, changed.next_run_at, changed.updated_at) == ("once", None, 20)
+
+
+def test_claim_due_sets_lease_and_bumps_token(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    before = _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert claim.fencing_token == 1 == claim.record.fencing_token
+    assert (claim.record.lease_owner, claim.record.lease_until) == ("w1", 1_100)
+    assert claim.record.updated_at == before.updated_at  # claims do not move updated_at
+    assert s.get("t") == claim.record
+
+
+@pytest.mark.parametrize("now", [99, 0, -5])
+def test_claim_due_not_due(schedules: StoreUnderTest, now: int) -> None:
+    _registered(schedules.store)
+    before = schedules.state()
+    assert schedules.store.claim_due("t", "w1", now, LEASE) is None
+    assert schedules.state() == before
+
+
+def test_claim_due_unknown_and_tombstone(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s, next_run_at=None)
+    assert s.claim_due("t", "w1", 10**12, LEASE) is None
+    assert s.claim_due("unknown", "w1", 10**12, LEASE) is None
+
+
+def test_claim_due_live_lease_blocks_until_it_expires(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    first = s.claim_due("t", "w1", 100, LEASE)
+    assert first is not None
+    assert s.claim_due("t", "w2", 1_099, LEASE) is None
+    second = s.claim_due("t", "w2", 1_100, LEASE)  # lease_until <= now: expired
+    assert second is not None
+    assert second.fencing_token == first.fencing_token + 1
+    assert second.record.lease_owner == "w2"
+
+
+def test_renew_with_current_token(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    before = _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.renew("t", claim.fencing_token, 5_000) is True
+    rec = s.get("t")
+    assert rec.lease_until == 5_000 and rec.lease_owner == "w1"
+    assert rec.updated_at == before.updated_at
+
+
+def test_renew_after_lease_expired_but_unclaimed_still_works(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.renew("t", claim.fencing_token, 50_000) is True
+
+
+def test_renew_and_complete_with_stale_token_fail(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    stale = s.claim_due("t", "w1", 100, LEASE)
+    fresh = s.claim_due("t", "w2", 1_200, LEASE)
+    assert stale is not None and fresh is not None
+    before = schedules.state()
+    assert s.renew("t", stale.fencing_token, 99_999) is False
+    assert s.complete("t", stale.fencing_token, CompletePatch(5_000, 1_300, "ok"), 1_300) is False
+    assert schedules.state() == before
+    assert s.complete("t", fresh.fencing_token, CompletePatch(5_000, 1_300, "ok"), 1_300)
+
+
+def test_complete_writes_patch_and_clears_lease(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 100, "ok"), 150) is True
+    rec = s.get("t")
+    assert (rec.next_run_at, rec.last_run_at, rec.last_status) == (2_000, 100, "ok")
+    assert (rec.lease_owner, rec.lease_until, rec.updated_at) == (None, None, 150)
+    assert rec.fencing_token == claim.fencing_token
+
+
+def test_complete_with_null_next_run_at_is_a_tombstone(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    s.register("o", "once", "500", 100, 10)
+    claim = s.claim_due("o", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.complete("o", claim.fencing_token, CompletePatch(None, 100, "ok"), 120)
+    assert s.get("o").next_run_at is None
+    assert s.claim_due("o", "w1", 10**12, LEASE) is None
+
+
+def test_spent_claim_cannot_renew_or_complete_again(schedules: StoreUnderTest) -> None:
+    """Tightening: once completed, a claim is spent."""
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 100, "ok"), 150)
+    before = schedules.state()
+    assert s.renew("t", claim.fencing_token, 9_000) is False
+    assert s.complete("t", claim.fencing_token, CompletePatch(3_000, 100, "ok"), 160) is False
+    assert schedules.state() == before
+
+
+def test_reregistered_id_cannot_be_renewed_or_completed_by_old_holder(
+    schedules: StoreUnderTest,
+) -> None:
+    """Tightening: a re-registered id starts at its high-water mark with no lease."""
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    s.delete("t")
+    again = _registered(s, now=200)
+    assert again.fencing_token == claim.fencing_token and again.lease_owner is None
+    before = schedules.state()
+    assert s.renew("t", claim.fencing_token, 9_000) is False
+    assert s.complete("t", claim.fencing_token, CompletePatch(3_000, 100, "ok"), 300) is False
+    assert schedules.state() == before
+
+
+def test_complete_after_delete_is_false(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    s.delete("t")
+    assert s.complete("t", claim.fencing_token, CompletePatch(3_000, 100, "ok"), 300) is False
+    assert s.renew("t", claim.fencing_token, 3_000) is False
+    assert s.get("t") is None
+
+
+def test_tokens_never_go_backwards_across_delete_and_register(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    seen: list[int] = []
+    now = 100
+    for _cycle in range(4):
+        _registered(s, next_run_at=now, now=now)
+        for _ in range(3):
+            claim = s.claim_due("t", "w", now, LEASE)
+            assert claim is not None
+            seen.append(claim.fencing_token)
+            now += LEASE
+        s.delete("t")
+        assert schedules.fences()["t"] == seen[-1]
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+    assert seen[-1] == 12
+
+
+def test_delete_unknown_is_a_no_op(schedules: StoreUnderTest) -> None:
+    before = schedules.state()
+    schedules.store.delete("ghost")
+    assert schedules.state() == before
+
+
+def test_list_returns_every_record_including_tombstones(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s, "b")
+    _registered(s, "a", next_run_at=None)
+    _registered(s, "c")
+    assert [r.id for r in s.list()] == ["a", "b", "c"]
+
+
+def test_claim_next_order_limit_and_filter(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    for id, at in [("e", 50), ("d", 10), ("c", 10), ("b", 30), ("a", 5_000)]:
+        _registered(s, id, next_run_at=at)
+    _registered(s, "z", next_run_at=None)
+    got = s.claim_next("w", 100, LEASE, 3)
+    assert [c.record.id for c in got] == ["c", "d", "b"]
+    assert all(c.fencing_token == 1 and c.record.lease_owner == "w" for c in got)
+    assert [c.record.id for c in s.claim_next("w", 100, LEASE, 10)] == ["e"]
+    assert s.claim_next("w", 100, LEASE, 10) == []
+
+
+def test_claim_next_ids_filter(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    for id in ["a", "b", "c"]:
+        _registered(s, id)
+    before = schedules.state()
+    assert s.claim_next("w", 100, LEASE, 10, []) == []
+    assert schedules.state() == before
+    got = s.claim_next("w", 100, LEASE, 10, ["c", "a", "unknown"])
+    assert [c.record.id for c in got] == ["a", "c"]
+    assert [c.record.id for c in s.claim_next("w", 100, LEASE, 10, None)] == ["b"]
+
+
+def test_now_none_uses_the_store_clock(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    clock = s.now_ms()
+    rec = s.register("t", "interval", "1000", 0, None)
+    assert clock - 60_000 <= rec.updated_at <= clock + 60_000
+    claim = s.claim_due("t", "w", None, 60_000)
+    assert claim is not None
+    assert clock <= claim.record.lease_until <= clock + 120_000
+
+
+# --- SPEC §6: bad input is rejected with 22023 naming the parameter, and changes nothing.
+
+LONG = "x" * 1025
+OK_1024 = "y" * 1024
+PATCH = CompletePatch(2_000, 100, "ok")
+
+BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
+    ("get", "id", ("",)),
+    ("get", "id", (LONG,)),
+    ("register", "id", ("", "interval", "1", 1, 1)),
+    ("register", "id", (None, "interval", "1", 1, 1)),
+    ("register", "id", (LONG, "interval", "1", 1, 1)),
+    ("register", "kind", ("t", "weekly", "1", 1, 1)),
+    ("register", "kind", ("t", None, "1", 1, 1)),
+    ("register", "spec", ("t", "interval", None, 1, 1)),
+    ("claim_due", "id", ("", "w", 100, LEASE)),
+    ("claim_due", "id", (LONG, "w", 100, LEASE)),
+    ("claim_due", "owner", ("t", "", 100, LEASE)),
+    ("claim_due", "owner", ("t", None, 100, LEASE)),
+    ("claim_due", "owner", ("t", LONG, 100, LEASE)),
+    ("claim_due", "lease_ms", ("t", "w", 100, 0)),
+    ("claim_due", "lease_ms", ("t", "w", 100, -1)),
+    ("claim_due", "lease_ms", ("t", "w", 100, None)),
+    ("renew", "id", ("", 1, 5)),
+    ("renew", "fencing_token", ("t", None, 5)),
+    ("renew", "lease_until", ("t", 1, None)),
+    ("complete", "id", ("", 1, PATCH, 1)),
+    ("complete", "fencing_token", ("t", None, PATCH, 1)),
+    ("complete", "last_run_at", ("t", 1, CompletePatch(1, None, "ok"), 1)),  # type: ignore[arg-type]
+    ("complete", "last_status", ("t", 1, CompletePatch(1, 1, "fine"), 1)),  # type: ignore[arg-type]
+    ("complete", "last_status", ("t", 1, CompletePatch(1, 1, None), 1)),  # type: ignore[arg-type]
+    ("delete", "id", ("",)),
+    ("delete", "id", (LONG,)),
+    ("claim_next", "owner", ("", 100, LEASE, 1)),
+    ("claim_next", "owner", (LONG, 100, LEASE, 1)),
+    ("claim_next", "lease_ms", ("w", 100, 0, 1)),
+    ("claim_next", "limit", ("w", 100, LEASE, 0)),
+    ("claim_next", "limit", ("w", 100, LEASE, None)),
+    ("claim_next", "ids", ("w", 100, LEASE, 1, ["t", ""])),
+    ("claim_next", "ids", ("w", 100, LEASE, 1, ["t", None])),
+    ("claim_next", "ids", ("w", 100, LEASE, 1, [LONG])),
+]
+
+
+def _populated(schedules: StoreUnderTest) -> None:
+    """A state with a live claim, a completed record and a fence, for bad calls to leave alone."""
+    s = schedules.store
+    _registered(s, "t")
+    _registered(s, "u")
+    assert s.claim_due("t", "w", 100, LEASE) is not None
+    claim = s.claim_due("u", "w", 100, LEASE)
+    assert claim is not None
+    assert s.complete("u", claim.fencing_token, PATCH, 120)
+    _registered(s, "gone")
+    s.delete("gone")
+
+
+@pytest.mark.parametrize(
+    ("method", "param", "args"), BAD_CALLS, ids=[f"{m}-{p}-{i}" for i, (m, p, _) in enumerate(BAD_CALLS)]
+)
+def test_bad_input_is_rejected_and_changes_nothing(
+    schedules: StoreUnderTest, method: str, param: str, args: tuple[Any, ...]
+) -> None:
+    _populated(schedules)
+    before = schedules.state()
+    with pytest.raises(InvalidArgument) as raised:
+        getattr(schedules.store, method)(*args)
+    assert raised.value.sqlstate == "22023"
+    assert param in str(raised.value)
+    assert schedules.state() == before
+
+
+def test_names_of_exactly_1024_characters_are_fine(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    s.register(OK_1024, "interval", "1", 100, 1)
+    claim = s.claim_due(OK_1024, OK_1024, 100, LEASE)
+    assert claim is not None and claim.record.lease_owner == OK_1024
+    assert len(s.claim_next(OK_1024, 100, LEASE, 1, [OK_1024])) == 0
+
+
+def test_lengths_count_characters_not_bytes(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    wide = "é" * 1024  # 2048 bytes in UTF-8
+    assert s.register(wide, "interval", "1", 100, 1).id == wide
+    with pytest.raises(InvalidArgument):
+        s.register(wide + "é", "interval", "1", 100, 1)
+
+
+@pytest.mark.parametrize("method", ["claim_due", "claim_next"])
+def test_lease_overflow_is_22003_and_changes_nothing(schedules: StoreUnderTest, method: str) -> None:
+    _populated(schedules)
+    before = schedules.state()
+    big = 2**63 - 1
+    with pytest.raises(InvalidArgument) as raised:
+        if method == "claim_due":
+            schedules.store.claim_due("t", "w", big, LEASE)
+        else:
+            schedules.store.claim_next("w", big, LEASE, 1)
+    assert raised.value.sqlstate == "22003"
+    assert schedules.state() == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.claim_due("t", "w", 1, 2**63),
+        lambda s: s.claim_due("t", "w", True, 1),
+        lambda s: s.claim_due(7, "w", 1, 1),
+        lambda s: s.register("t\x00", "interval", "1", 1, 1),
+        lambda s: s.register("t", "interval", "a\x00b", 1, 1),
+        lambda s: s.claim_next("w", 1, 1, 2**31),
+        lambda s: s.complete("t", 1, "patch", 1),
+    ],
+)
+def test_python_level_bad_values_raise_invalid_argument(schedules: StoreUnderTest, call: Any) -> None:
+    _populated(schedules)
+    before = schedules.state()
+    with pytest.raises(InvalidArgument):
+        call(schedules.store)
+    assert schedules.state() == before
