@@ -1,0 +1,59 @@
+"""A schema's catalog as plain data, for comparing two schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+QUERIES = {
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod),
+               a.attnotnull, pg_get_expr(d.adbin, d.adrelid), co.collname,
+               col_description(c.oid, a.attnum)
+          FROM pg_class c
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+          LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 100
+         WHERE c.relnamespace = %(schema)s::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm')
+           AND c.relname <> 'alembic_version'
+         ORDER BY 1, 2""",
+    "relations": """
+        SELECT relname, relkind, reloptions, obj_description(oid, 'pg_class')
+          FROM pg_class
+         WHERE relnamespace = %(schema)s::regnamespace AND relname NOT LIKE 'alembic_version%%'
+         ORDER BY 1""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+          FROM pg_constraint
+         WHERE connamespace = %(schema)s::regnamespace
+           AND conrelid::regclass::text NOT LIKE '%%alembic_version'
+         ORDER BY 1, 2""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+         WHERE schemaname = %(schema)s AND tablename <> 'alembic_version'
+         ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid),
+               obj_description(p.oid, 'pg_proc'), p.proconfig
+          FROM pg_proc p
+         WHERE p.pronamespace = %(schema)s::regnamespace
+         ORDER BY 1, 2""",
+}
+
+
+def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every column, relation, constraint, index and function of ``schema``, with
+    comments and options, the schema's own name replaced by ``<schema>``."""
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(f'"{schema}"', "<schema>").replace(schema, "<schema>")
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return {
+        name: [tuple(scrub(v) for v in row) for row in conn.execute(query, {"schema": schema})]
+        for name, query in QUERIES.items()
+    }

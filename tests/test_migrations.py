@@ -1,0 +1,147 @@
+"""Migrations: head equals sql/, schemas are independent, downgrade removes everything,
+and a host app's alembic history can carry pgstore's as a branch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+import pgstore
+from pgstore import PgScheduleStore, SchemaNotReady
+from pgstore._resources import current_schema_sql
+from pgstore.migrate import alembic_config, current_revision, downgrade, migrate
+from pgstore.testing import install_schema
+from tests.catalog import catalog
+
+HOST_APP = Path(__file__).parent / "host_app"
+
+
+def _namespaces(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname !~ '^(pg_|information_schema)'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_head_revision_is_what_sql_describes() -> None:
+    script = ScriptDirectory.from_config(alembic_config())
+    assert script.get_heads() == [pgstore.HEAD_REVISION]
+    assert f"'{pgstore.HEAD_REVISION}'::text" in current_schema_sql()
+
+
+def test_upgrade_head_equals_loading_sql(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "via_alembic")
+    install_schema(dsn, "via_sql")
+    with psycopg.connect(dsn) as conn:
+        migrated, loaded = catalog(conn, "via_alembic"), catalog(conn, "via_sql")
+    for part in loaded:
+        assert migrated[part] == loaded[part], part
+    assert len(loaded["functions"]) >= 10 and len(loaded["columns"]) >= 12
+
+
+def test_two_schemas_are_independent(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "app_one")
+    migrate(dsn, "app_two")
+    one = PgScheduleStore(dsn, schema="app_one")
+    two = PgScheduleStore(dsn, schema="app_two")
+    with one, two:
+        one.register("t", "interval", "1000", 0, 0)
+        claim = one.claim_due("t", "w", 10, 1000)
+        assert claim is not None and claim.fencing_token == 1
+        assert two.get("t") is None and two.list() == []
+        two.register("t", "once", "5", 0, 0)
+        assert two.claim_due("t", "w", 10, 1000).fencing_token == 1  # type: ignore[union-attr]
+        one.delete("t")
+        assert two.get("t") is not None
+    downgrade(dsn, "app_one")
+    assert "app_one" not in _namespaces(dsn)
+    assert current_revision(dsn, "app_two") == pgstore.HEAD_REVISION
+
+
+def test_upgrade_downgrade_upgrade(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    before = _namespaces(dsn)
+    migrate(dsn, "cycle")
+    assert current_revision(dsn, "cycle") == pgstore.HEAD_REVISION
+    migrate(dsn, "cycle")  # at head already: nothing to do
+    downgrade(dsn, "cycle")
+    assert _namespaces(dsn) == before
+    assert current_revision(dsn, "cycle") is None
+    migrate(dsn, "cycle")
+    with PgScheduleStore(dsn, schema="cycle") as store:
+        assert store.register("t", "interval", "1", 0, 0).fencing_token == 0
+
+
+def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.cmd_opts = type("Opts", (), {"x": [f"schema=from_x", f"dsn={dsn}"]})()  # as `-x` does
+    command.upgrade(cfg, "head")
+    assert current_revision(dsn, "from_x") == pgstore.HEAD_REVISION
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'from_x' AND tablename = 'alembic_version'"
+        ).fetchone()
+    assert row == (1,)
+
+
+def test_start_says_what_to_run(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    store = PgScheduleStore(dsn, schema="not_yet")
+    with pytest.raises(SchemaNotReady, match="pgstore migrate --schema not_yet"):
+        store.start()
+    store.close()
+    with PgScheduleStore(dsn, schema="not_yet", auto_migrate=True) as store:
+        store.start()  # idempotent
+        assert store.list() == []
+    assert current_revision(dsn, "not_yet") == pgstore.HEAD_REVISION
+
+
+def test_start_with_a_connection_and_a_pool(pgstore_fresh_database: Callable[[], str]) -> None:
+    from psycopg_pool import ConnectionPool
+
+    dsn = pgstore_fresh_database()
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        PgScheduleStore(conn, schema="by_conn", auto_migrate=True).start()
+        assert PgScheduleStore(conn, schema="by_conn").list() == []
+    with ConnectionPool(dsn, kwargs={"autocommit": True}) as pool:
+        store = PgScheduleStore(pool, schema="by_pool", auto_migrate=True)
+        store.start()
+        assert store.register("t", "once", "1", 0, 0).id == "t"
+
+
+def test_host_app_branch(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    cfg = Config(str(HOST_APP / "alembic.ini"))
+    cfg.set_main_option("script_location", str(HOST_APP))
+    cfg.set_main_option(
+        "version_locations", f"{HOST_APP / 'versions'} {pgstore.versions_dir()}"
+    )
+    cfg.attributes["host_conninfo"] = dsn
+    command.upgrade(cfg, "heads")
+    with psycopg.connect(dsn) as conn:
+        versions = {r[0] for r in conn.execute("SELECT version_num FROM public.alembic_version")}
+        tables = {
+            (r[0], r[1])
+            for r in conn.execute(
+                "SELECT schemaname, tablename FROM pg_tables WHERE schemaname IN ('public', 'hoststore')"
+            )
+        }
+    assert versions == {"host_0001"}  # host_0001 depends on pgstore_0001: both applied
+    assert {("public", "invoices"), ("hoststore", "schedules"), ("hoststore", "schedule_fences")} <= tables
+    with PgScheduleStore(dsn, schema="hoststore") as store:
+        assert store.list() == []
+    command.downgrade(cfg, "base")
+    assert "hoststore" not in _namespaces(dsn)
