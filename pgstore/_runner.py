@@ -54,9 +54,14 @@ def _conninfo_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
     return make_conninfo(conn.info.dsn, password=conn.info.password)
 
 
-def _pool_conninfo(conninfo: str, kwargs: dict[str, Any]) -> str:
+def _pool_conninfo(conninfo: object, kwargs: object) -> str:
+    if not isinstance(conninfo, str) or not isinstance(kwargs, (dict, type(None))):
+        raise SchemaNotReady(
+            "auto_migrate cannot derive a conninfo from a pool configured by callables: "
+            "run `pgstore migrate` first"
+        )
     # A pool's kwargs mix libpq options with connection settings (autocommit...).
-    libpq = {k: v for k, v in kwargs.items() if k not in _CONNECTION_SETTINGS}
+    libpq = {k: v for k, v in (kwargs or {}).items() if k not in _CONNECTION_SETTINGS}
     return make_conninfo(conninfo, **libpq)
 
 
@@ -116,10 +121,13 @@ class SyncRunner:
 
     def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
-        with translated_errors(self.schema), self._connection() as conn:
-            with conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(query, call.args)
-                rows = cur.fetchall()
+        with (
+            translated_errors(self.schema),
+            self._connection() as conn,
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(query, call.args)
+            rows = cur.fetchall()
         return call.decode(rows)
 
     def close(self) -> None:
@@ -184,10 +192,9 @@ class AsyncRunner:
     async def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
         with translated_errors(self.schema):
-            async with self._connection() as conn:
-                async with conn.cursor(row_factory=tuple_row) as cur:
-                    await cur.execute(query, call.args)
-                    rows = await cur.fetchall()
+            async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(query, call.args)
+                rows = await cur.fetchall()
         return call.decode(rows)
 
     async def close(self) -> None:

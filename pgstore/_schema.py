@@ -7,6 +7,8 @@ The SQL files name no schema: they are run with ``search_path`` set to
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg import sql
 
@@ -26,7 +28,7 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-def load(conn: psycopg.Connection[object], schema: str, script: str) -> None:
+def load(conn: psycopg.Connection[Any], schema: str, script: str) -> None:
     """Create ``schema`` if needed and run ``script`` in it, in the caller's transaction."""
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     saved = conn.execute("SELECT current_setting('search_path')").fetchone()
@@ -38,7 +40,7 @@ def load(conn: psycopg.Connection[object], schema: str, script: str) -> None:
     conn.execute("SELECT set_config('search_path', %s, true)", (saved[0],))
 
 
-def drop_if_empty(conn: psycopg.Connection[object], schema: str) -> bool:
+def drop_if_empty(conn: psycopg.Connection[Any], schema: str) -> bool:
     """Drop ``schema`` when nothing is left in it; True if it was dropped."""
     row = conn.execute(
         """

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import SchemaNotReady
 from ._schema import HEAD_REVISION
+from .errors import SchemaNotReady
 
 
 def needs_migration(schema: str, revision: str | None, auto_migrate: bool) -> bool:
@@ -12,10 +12,7 @@ def needs_migration(schema: str, revision: str | None, auto_migrate: bool) -> bo
         return False
     if auto_migrate and (revision is None or revision < HEAD_REVISION):
         return True
-    if revision is None:
-        state = "has no pgstore objects"
-    else:
-        state = f"is at revision {revision}"
+    state = "has no pgstore objects" if revision is None else f"is at revision {revision}"
     if revision is not None and revision > HEAD_REVISION:
         advice = "upgrade the pgstore package"
     else:

@@ -6,6 +6,7 @@ contract in plain Python: same answers, same state, same bad-input rules.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from collections.abc import Sequence
@@ -139,7 +140,7 @@ class MemoryScheduleStore:
             if gone is not None:
                 self._fences[id] = max(self._fences.get(id, 0), gone.fencing_token)
 
-    def list(self) -> list[ScheduleRecord]:
+    def list(self) -> builtins.list[ScheduleRecord]:
         with self._lock:
             return [self._records[id] for id in sorted(self._records)]
 
@@ -150,7 +151,7 @@ class MemoryScheduleStore:
         lease_ms: int,
         limit: int,
         ids: Sequence[str] | None = None,
-    ) -> list[ClaimResult]:
+    ) -> builtins.list[ClaimResult]:
         v.name("owner", owner)
         v.integer("now", now)
         v.positive("lease_ms", lease_ms)

@@ -7,13 +7,14 @@ classes differ only in how they send it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Sequence
 
 from . import _schedule_calls as calls
 from ._runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
+from ._schema import DEFAULT_SCHEMA
 from ._startup import migrate, needs_migration
 from .errors import SchemaNotReady
-from ._schema import DEFAULT_SCHEMA
 from .models import ClaimResult, CompletePatch, ScheduleKind, ScheduleRecord
 
 __all__ = ["AsyncPgScheduleStore", "PgScheduleStore"]
@@ -96,7 +97,7 @@ class PgScheduleStore:
         """Remove the record, keeping its token as the id's high-water mark."""
         return self._runner.run(calls.delete(id))
 
-    def list(self) -> list[ScheduleRecord]:
+    def list(self) -> builtins.list[ScheduleRecord]:
         """Every record, orphans and tombstones included, ordered by id."""
         return self._runner.run(calls.list_all())
 
@@ -107,7 +108,7 @@ class PgScheduleStore:
         lease_ms: int,
         limit: int,
         ids: Sequence[str] | None = None,
-    ) -> list[ClaimResult]:
+    ) -> builtins.list[ClaimResult]:
         """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given)."""
         return self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
 
@@ -179,7 +180,7 @@ class AsyncPgScheduleStore:
     async def delete(self, id: str) -> None:
         return await self._runner.run(calls.delete(id))
 
-    async def list(self) -> list[ScheduleRecord]:
+    async def list(self) -> builtins.list[ScheduleRecord]:
         return await self._runner.run(calls.list_all())
 
     async def claim_next(
@@ -189,7 +190,7 @@ class AsyncPgScheduleStore:
         lease_ms: int,
         limit: int,
         ids: Sequence[str] | None = None,
-    ) -> list[ClaimResult]:
+    ) -> builtins.list[ClaimResult]:
         return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
 
     async def now_ms(self) -> int:

