@@ -86,7 +86,7 @@ def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callabl
     dsn = pgstore_fresh_database()
     cfg = Config()
     cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
-    cfg.cmd_opts = type("Opts", (), {"x": [f"schema=from_x", f"dsn={dsn}"]})()  # as `-x` does
+    cfg.cmd_opts = type("Opts", (), {"x": ["schema=from_x", f"dsn={dsn}"]})()  # as `-x` does
     command.upgrade(cfg, "head")
     assert current_revision(dsn, "from_x") == pgstore.HEAD_REVISION
     with psycopg.connect(dsn) as conn:
