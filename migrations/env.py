@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, pool, text
 
 from pgstore import _schema
 from pgstore._migration import target_schema
-from pgstore.migrate import VERSION_TABLE
+from pgstore.schema_migrations import VERSION_TABLE
 
 config = context.config
 schema = target_schema()

@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar, Union
+from typing import Any, Generic, TypeVar, Union
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -24,6 +24,8 @@ from ._schema import check_schema
 from .errors import InvalidArgument, SchemaNotReady
 
 T = TypeVar("T")
+ConnT = TypeVar("ConnT", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+PoolT = TypeVar("PoolT", ConnectionPool[Any], AsyncConnectionPool[Any])
 
 #: What a sync store accepts as its connection source.
 SyncSource = Union[str, "psycopg.Connection[Any]", "ConnectionPool[Any]"]
@@ -50,10 +52,6 @@ def translated_errors(schema: str) -> Iterator[None]:
         ) from exc
 
 
-def _conninfo_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
-    return make_conninfo(conn.info.dsn, password=conn.info.password)
-
-
 def _pool_conninfo(conninfo: object, kwargs: object) -> str:
     if not isinstance(conninfo, str) or not isinstance(kwargs, (dict, type(None))):
         raise SchemaNotReady(
@@ -70,18 +68,23 @@ _CONNECTION_SETTINGS = frozenset(
 )
 
 
-class SyncRunner:
-    """Runs calls for a sync store."""
+class _Runner(Generic[ConnT, PoolT]):
+    """What both runners share: sorting out the source, and its conninfo."""
 
-    def __init__(self, source: SyncSource, schema: str) -> None:
+    def __init__(
+        self,
+        source: str | ConnT | PoolT,
+        schema: str,
+        conn_type: type[ConnT],
+        pool_type: type[PoolT],
+    ) -> None:
         self.schema = check_schema(schema)
-        self._conn: psycopg.Connection[Any] | None = None
-        self._pool: ConnectionPool[Any] | None = None
+        self._conn: ConnT | None = None
+        self._pool: PoolT | None = None
         self._owns_pool = False
         self._opened = False
-        self._lock = threading.Lock()
         if isinstance(source, str):
-            self._pool = ConnectionPool(
+            self._pool = pool_type(
                 source,
                 min_size=OWNED_POOL_MIN,
                 max_size=OWNED_POOL_MAX,
@@ -89,13 +92,14 @@ class SyncRunner:
                 open=False,
             )
             self._owns_pool = True
-        elif isinstance(source, ConnectionPool):
+        elif isinstance(source, pool_type):
             self._pool = source
-        elif isinstance(source, psycopg.Connection):
+        elif isinstance(source, conn_type):
             self._conn = source
         else:
             raise InvalidArgument(
-                "source must be a conninfo string, a psycopg Connection or a ConnectionPool"
+                f"source must be a conninfo string, a psycopg {conn_type.__name__} "
+                f"or a {pool_type.__name__}"
             )
 
     def conninfo(self) -> str:
@@ -103,7 +107,15 @@ class SyncRunner:
         if self._pool is not None:
             return _pool_conninfo(self._pool.conninfo, self._pool.kwargs)
         assert self._conn is not None
-        return _conninfo_of(self._conn)
+        return make_conninfo(self._conn.info.dsn, password=self._conn.info.password)
+
+
+class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
+    """Runs calls for a sync store."""
+
+    def __init__(self, source: SyncSource, schema: str) -> None:
+        super().__init__(source, schema, psycopg.Connection, ConnectionPool)
+        self._lock = threading.Lock()
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -137,41 +149,12 @@ class SyncRunner:
             self._opened = False
 
 
-class AsyncRunner:
+class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]"]):
     """Runs calls for an asyncio store."""
 
     def __init__(self, source: AsyncSource, schema: str) -> None:
-        self.schema = check_schema(schema)
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._pool: AsyncConnectionPool[Any] | None = None
-        self._owns_pool = False
-        self._opened = False
+        super().__init__(source, schema, psycopg.AsyncConnection, AsyncConnectionPool)
         self._lock: asyncio.Lock | None = None
-        if isinstance(source, str):
-            self._pool = AsyncConnectionPool(
-                source,
-                min_size=OWNED_POOL_MIN,
-                max_size=OWNED_POOL_MAX,
-                kwargs={"autocommit": True},
-                open=False,
-            )
-            self._owns_pool = True
-        elif isinstance(source, AsyncConnectionPool):
-            self._pool = source
-        elif isinstance(source, psycopg.AsyncConnection):
-            self._conn = source
-        else:
-            raise InvalidArgument(
-                "source must be a conninfo string, a psycopg AsyncConnection "
-                "or an AsyncConnectionPool"
-            )
-
-    def conninfo(self) -> str:
-        """A conninfo string reaching the same database (for migrations)."""
-        if self._pool is not None:
-            return _pool_conninfo(self._pool.conninfo, self._pool.kwargs)
-        assert self._conn is not None
-        return _conninfo_of(self._conn)
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

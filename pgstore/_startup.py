@@ -24,6 +24,6 @@ def needs_migration(schema: str, revision: str | None, auto_migrate: bool) -> bo
 
 def migrate(conninfo: str, schema: str) -> None:
     """Migrate to head (alembic is imported only when a store must migrate)."""
-    from .migrate import migrate as upgrade
+    from .schema_migrations import migrate as upgrade
 
     upgrade(conninfo, schema)

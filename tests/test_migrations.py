@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 import pgstore
 from pgstore import PgScheduleStore, SchemaNotReady
 from pgstore._resources import current_schema_sql
-from pgstore.migrate import alembic_config, current_revision, downgrade, migrate
+from pgstore.schema_migrations import alembic_config, current_revision, downgrade, migrate
 from pgstore.testing import install_schema
 from tests.catalog import catalog
 
