@@ -33,7 +33,7 @@ __all__ = [
 
 
 def migrate(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
-    """Upgrade ``schema`` on ``conninfo`` to ``revision`` (see ``pgstore.schema_migrations.migrate``)."""
+    """Upgrade ``schema`` on ``conninfo`` to ``revision``; see ``schema_migrations.migrate``."""
     from .schema_migrations import migrate as upgrade
 
     upgrade(conninfo, schema, revision)
