@@ -48,7 +48,7 @@ def translated_errors(schema: str) -> Iterator[None]:
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
         raise SchemaNotReady(
             f"schema {schema!r} has no pgstore functions at this revision "
-            f"({exc.diag.message_primary}): run `pgstore migrate --schema {schema}`"
+            f"({exc.diag.message_primary}): run `pgstore migrate --dsn DSN --schema {schema}`"
         ) from exc
 
 

@@ -16,7 +16,10 @@ def needs_migration(schema: str, revision: str | None, auto_migrate: bool) -> bo
     if revision is not None and revision > HEAD_REVISION:
         advice = "upgrade the pgstore package"
     else:
-        advice = f"run `pgstore migrate --schema {schema}` (or start with auto_migrate=True)"
+        advice = (
+            f"run `pgstore migrate --dsn DSN --schema {schema}`, or pgstore.migrate(), "
+            "or construct the store with auto_migrate=True"
+        )
     raise SchemaNotReady(
         f"schema {schema!r} {state}; this pgstore needs {HEAD_REVISION}: {advice}"
     )

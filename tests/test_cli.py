@@ -190,7 +190,7 @@ def test_schedules_on_an_unmigrated_schema_says_what_to_run(
 ) -> None:
     dsn = pgstore_fresh_database()
     line = _assert_one_error_line(*cli("schedules", "--dsn", dsn, "--schema", "nothing_here"))
-    assert "pgstore migrate --schema nothing_here" in line
+    assert "pgstore migrate --dsn DSN --schema nothing_here" in line
 
 
 @pytest.mark.parametrize("command", ["migrate", "downgrade", "current", "schedules"])

@@ -99,7 +99,7 @@ def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callabl
 def test_start_says_what_to_run(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     store = PgScheduleStore(dsn, schema="not_yet")
-    with pytest.raises(SchemaNotReady, match="pgstore migrate --schema not_yet"):
+    with pytest.raises(SchemaNotReady, match="pgstore migrate --dsn DSN --schema not_yet"):
         store.start()
     store.close()
     with PgScheduleStore(dsn, schema="not_yet", auto_migrate=True) as store:
