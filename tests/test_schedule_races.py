@@ -47,7 +47,7 @@ def test_sixteen_claimers_of_one_due_id_have_one_winner(stores: list[PgScheduleS
     for trial in range(100):
         now = 1_000 * (trial + 1)
         token_before = admin.get("job").fencing_token  # type: ignore[union-attr]
-        results = _race(stores, lambda i, s: s.claim_due("job", f"w{i}", now, 500))
+        results = _race(stores, lambda i, s, at=now: s.claim_due("job", f"w{i}", at, 500))
         winners = [r for r in results if r is not None]
         assert len(winners) == 1, f"trial {trial}: {len(winners)} winners"
         assert winners[0].fencing_token == token_before + 1
