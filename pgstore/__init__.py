@@ -9,19 +9,36 @@ from __future__ import annotations
 from ._resources import versions_dir
 from ._schema import DEFAULT_SCHEMA, HEAD_REVISION
 from .errors import InvalidArgument, PgStoreError, SchemaNotReady
+from .jobs import AsyncPgJobStore, PgJobStore
+from .memory_jobs import MemoryJobStore
 from .memory_schedules import MemoryScheduleStore
-from .models import ClaimResult, CompletePatch, LastStatus, ScheduleKind, ScheduleRecord
+from .models import (
+    CancelResult,
+    ClaimResult,
+    CompletePatch,
+    Job,
+    LastStatus,
+    MarkResult,
+    ScheduleKind,
+    ScheduleRecord,
+)
 from .schedules import AsyncPgScheduleStore, PgScheduleStore
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "HEAD_REVISION",
+    "AsyncPgJobStore",
     "AsyncPgScheduleStore",
+    "CancelResult",
     "ClaimResult",
     "CompletePatch",
     "InvalidArgument",
+    "Job",
     "LastStatus",
+    "MarkResult",
+    "MemoryJobStore",
     "MemoryScheduleStore",
+    "PgJobStore",
     "PgScheduleStore",
     "PgStoreError",
     "ScheduleKind",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._call import Row
-from .models import ClaimResult, ScheduleRecord
+from .models import CancelResult, ClaimResult, Job, MarkResult, ScheduleRecord
 
 
 def schedule_record(row: Row) -> ScheduleRecord:
@@ -39,6 +39,27 @@ def optional_claim_result(rows: Sequence[Row]) -> ClaimResult | None:
 
 def claim_results(rows: Sequence[Row]) -> list[ClaimResult]:
     return [claim_result(row) for row in rows]
+
+
+def job(row: Row) -> Job:
+    return Job(*row[:7])
+
+
+def optional_job(rows: Sequence[Row]) -> Job | None:
+    return job(rows[0]) if rows else None
+
+
+def jobs(rows: Sequence[Row]) -> list[Job]:
+    return [job(row) for row in rows]
+
+
+def mark_result(rows: Sequence[Row]) -> MarkResult:
+    cancelled, recorded = rows[0][:2]
+    return MarkResult(cancelled=bool(cancelled), recorded=bool(recorded))
+
+
+def cancel_result(rows: Sequence[Row]) -> CancelResult:
+    return CancelResult(rows[0][0])
 
 
 def integer_value(rows: Sequence[Row]) -> int:

@@ -22,8 +22,6 @@ COMPLETE = Function("schedule_complete", ("text", "bigint", "bigint", "bigint", 
 DELETE = Function("schedule_delete", ("text",))
 LIST = Function("schedule_list", ())
 CLAIM_NEXT = Function("schedule_claim_next", ("text", "bigint", "bigint", "integer", "text[]"))
-NOW_MS = Function("now_ms", ())
-SCHEMA_REVISION = Function("schema_revision", ())
 
 
 def get(id: str) -> Call[ScheduleRecord | None]:
@@ -89,11 +87,3 @@ def claim_next(
     v.text_list("ids", ids)
     args = (owner, now, lease_ms, limit, None if ids is None else list(ids))
     return Call(CLAIM_NEXT, args, _rows.claim_results)
-
-
-def now_ms() -> Call[int]:
-    return Call(NOW_MS, (), _rows.integer_value)
-
-
-def schema_revision() -> Call[str]:
-    return Call(SCHEMA_REVISION, (), _rows.text_value)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Literal
 
 __all__ = [
     "LAST_STATUSES",
     "SCHEDULE_KINDS",
+    "CancelResult",
     "ClaimResult",
     "CompletePatch",
+    "Job",
     "LastStatus",
+    "MarkResult",
     "ScheduleKind",
     "ScheduleRecord",
 ]
@@ -58,3 +62,47 @@ class CompletePatch:
     next_run_at: int | None
     last_run_at: int
     last_status: LastStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One delayed dispatch ("send a bot into meeting R at 10:00"); times are epoch ms.
+
+    The lease is live while ``lease_until > now``. ``worker_id`` is set by
+    ``mark_dispatched``. Dispatched and cancelled jobs are kept.
+    """
+
+    run_id: str
+    dispatch_at: int
+    lease_holder: str | None
+    lease_until: int | None
+    worker_id: str | None
+    dispatched: bool
+    cancelled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MarkResult:
+    """What ``mark_dispatched`` answers.
+
+    ``recorded``: the caller still held the lease and the dispatch was
+    recorded. ``cancelled``: a cancel arrived, so the bot must leave at once
+    (when nothing was recorded: the stored flag, False for a missing job).
+    """
+
+    cancelled: bool
+    recorded: bool
+
+
+class CancelResult(str, Enum):
+    """What ``cancel`` answers; the values are the SQL function's text answers."""
+
+    #: Cancelled now, or already was; a live lease's holder learns it from mark_dispatched.
+    CANCELLED = "cancelled"
+    #: The bot is out: nothing changed, tell it to leave instead.
+    ALREADY_DISPATCHED = "already_dispatched"
+    #: No such job.
+    MISSING = "missing"
+
+    def __str__(self) -> str:
+        return self.value

@@ -6,21 +6,17 @@ classes differ only in how they send it.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 from collections.abc import Sequence
 
 from . import _schedule_calls as calls
-from ._runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
-from ._schema import DEFAULT_SCHEMA
-from ._startup import migrate, needs_migration
-from .errors import SchemaNotReady
+from ._store import AsyncStore, SyncStore
 from .models import ClaimResult, CompletePatch, ScheduleKind, ScheduleRecord
 
 __all__ = ["AsyncPgScheduleStore", "PgScheduleStore"]
 
 
-class PgScheduleStore:
+class PgScheduleStore(SyncStore):
     """Durable scheduled tasks in PostgreSQL, for threads.
 
     ``source`` is a conninfo string (the store keeps a small pool of its own),
@@ -29,37 +25,6 @@ class PgScheduleStore:
     ``now=None`` means the database clock. Bad arguments raise
     ``InvalidArgument`` and change nothing.
     """
-
-    def __init__(
-        self, source: SyncSource, *, schema: str = DEFAULT_SCHEMA, auto_migrate: bool = False
-    ) -> None:
-        self._runner = SyncRunner(source, schema)
-        self._auto_migrate = auto_migrate
-
-    @property
-    def schema(self) -> str:
-        return self._runner.schema
-
-    def start(self) -> None:
-        """Check that the schema is at the migration head (or migrate it, with
-        ``auto_migrate=True``); raise ``SchemaNotReady`` saying what to run. Idempotent."""
-        try:
-            revision: str | None = self._runner.run(calls.schema_revision())
-        except SchemaNotReady:
-            revision = None
-        if needs_migration(self.schema, revision, self._auto_migrate):
-            migrate(self._runner.conninfo(), self.schema)
-
-    def close(self) -> None:
-        """Close the pool opened for a conninfo source (borrowed sources are left open)."""
-        self._runner.close()
-
-    def __enter__(self) -> PgScheduleStore:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def get(self, id: str) -> ScheduleRecord | None:
         """The record of ``id``, or None."""
@@ -112,44 +77,10 @@ class PgScheduleStore:
         """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given)."""
         return self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
 
-    def now_ms(self) -> int:
-        """The database clock in epoch ms."""
-        return self._runner.run(calls.now_ms())
 
-
-class AsyncPgScheduleStore:
+class AsyncPgScheduleStore(AsyncStore):
     """Durable scheduled tasks in PostgreSQL, for asyncio: ``PgScheduleStore``'s
     contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
-
-    def __init__(
-        self, source: AsyncSource, *, schema: str = DEFAULT_SCHEMA, auto_migrate: bool = False
-    ) -> None:
-        self._runner = AsyncRunner(source, schema)
-        self._auto_migrate = auto_migrate
-
-    @property
-    def schema(self) -> str:
-        return self._runner.schema
-
-    async def start(self) -> None:
-        """See ``PgScheduleStore.start``."""
-        try:
-            revision: str | None = await self._runner.run(calls.schema_revision())
-        except SchemaNotReady:
-            revision = None
-        if needs_migration(self.schema, revision, self._auto_migrate):
-            await asyncio.to_thread(migrate, self._runner.conninfo(), self.schema)
-
-    async def close(self) -> None:
-        """See ``PgScheduleStore.close``."""
-        await self._runner.close()
-
-    async def __aenter__(self) -> AsyncPgScheduleStore:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def get(self, id: str) -> ScheduleRecord | None:
         return await self._runner.run(calls.get(id))
@@ -192,6 +123,3 @@ class AsyncPgScheduleStore:
         ids: Sequence[str] | None = None,
     ) -> builtins.list[ClaimResult]:
         return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
-
-    async def now_ms(self) -> int:
-        return await self._runner.run(calls.now_ms())

@@ -7,7 +7,7 @@
 CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0001'::text $$;
+AS $$ SELECT 'pgstore_0002'::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '

@@ -1,0 +1,25 @@
+"""pgstore 0002: the job store.
+
+Frozen: runs 0002_jobs.up.sql / .down.sql beside this file, as written when
+this revision was made. Changes to sql/ need a new revision.
+
+Revision ID: pgstore_0002
+Revises: pgstore_0001
+"""
+
+from __future__ import annotations
+
+from pgstore._migration import run_sql_beside
+
+revision = "pgstore_0002"
+down_revision = "pgstore_0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_sql_beside(__file__, "0002_jobs.up.sql")
+
+
+def downgrade() -> None:
+    run_sql_beside(__file__, "0002_jobs.down.sql")

@@ -1,0 +1,289 @@
+-- pgstore 0002, upgrade: the job store.
+
+CREATE OR REPLACE FUNCTION schema_revision() RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgstore_0002'::text $$;
+
+-- pgstore: the job store's table.
+--
+-- The table is never pruned by the store: dispatched and cancelled jobs pile
+-- up for reconciliation (job_list_dispatched). The lease path therefore reads
+-- a partial index that holds only the jobs still waiting to be dispatched, so
+-- its cost depends on the pending jobs, not on the history.
+--
+-- Leases and renews change only lease_holder and lease_until, which no index
+-- covers, so they stay HOT (heap-only) updates; fillfactor 70 leaves the room
+-- on each page for that. Marking a job dispatched or cancelled changes the
+-- partial index's predicate, so those updates are not HOT (they happen once
+-- per job).
+
+CREATE TABLE jobs (
+    run_id       text COLLATE "C" PRIMARY KEY,
+    dispatch_at  bigint  NOT NULL,
+    lease_holder text,
+    lease_until  bigint,
+    worker_id    text,
+    dispatched   boolean NOT NULL DEFAULT false,
+    cancelled    boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 70);
+
+CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
+    WHERE NOT dispatched AND NOT cancelled;
+
+COMMENT ON TABLE jobs IS
+'Delayed dispatch with holder leases ("send a bot into meeting R at 10:00"). '
+'Written only through the job_* functions; dispatched and cancelled jobs are kept.';
+COMMENT ON COLUMN jobs.dispatch_at IS
+'Epoch ms when the job is due; job_release moves it to the retry time.';
+COMMENT ON COLUMN jobs.lease_until IS
+'Epoch ms until which lease_holder holds the job; the lease is live while lease_until > now.';
+COMMENT ON COLUMN jobs.worker_id IS
+'Set by job_mark_dispatched: the provider''s worker that carries out the job.';
+COMMENT ON INDEX jobs_pending_by_dispatch_at IS
+'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
+'with dispatched and cancelled history.';
+
+-- pgstore: the job store's API.
+--
+-- Every function validates all of its arguments before touching a row, so a
+-- bad argument raises 22023 (naming the parameter) and changes nothing,
+-- whatever the state of the row. Times are epoch ms; a NULL p_now means
+-- now_ms(), the database clock.
+
+CREATE FUNCTION job_schedule(p_run_id text, p_dispatch_at bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    PERFORM check_present('dispatch_at', p_dispatch_at);
+
+    INSERT INTO jobs AS j (run_id, dispatch_at)
+    VALUES (p_run_id, p_dispatch_at)
+    ON CONFLICT (run_id) DO UPDATE
+        SET dispatch_at = excluded.dispatch_at;
+END
+$$;
+
+COMMENT ON FUNCTION job_schedule(text, bigint) IS
+'Adds the job p_run_id, due at p_dispatch_at. For an existing job moves only '
+'dispatch_at: lease, worker_id, dispatched and cancelled are preserved.';
+
+CREATE FUNCTION job_lease(p_holder text, p_now bigint, p_ttl_ms bigint) RETURNS SETOF jobs
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   bigint;
+    v_until bigint;
+BEGIN
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_positive('ttl_ms', p_ttl_ms);
+    v_now := coalesce(p_now, now_ms());
+    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
+    -- The scalar subquery is an InitPlan: it runs once, walks the pending
+    -- index in lease order and locks one row, skipping rows that concurrent
+    -- leasers hold locked.
+    RETURN QUERY
+    UPDATE jobs j
+       SET lease_holder = p_holder,
+           lease_until = v_until
+     WHERE j.run_id = (
+               SELECT c.run_id
+                 FROM jobs c
+                WHERE NOT c.dispatched
+                  AND NOT c.cancelled
+                  AND c.dispatch_at <= v_now
+                  AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                ORDER BY c.dispatch_at, c.run_id
+                LIMIT 1
+                  FOR UPDATE SKIP LOCKED)
+    RETURNING j.*;
+END
+$$;
+
+COMMENT ON FUNCTION job_lease(text, bigint, bigint) IS
+'Leases to p_holder, until now + p_ttl_ms, the next due (dispatch_at <= now), '
+'uncancelled, undispatched job whose lease is absent or expired, earliest '
+'dispatch_at first (ties by run_id). Returns it, or no row. One UPDATE; rows '
+'locked by concurrent leasers are skipped, so an empty answer means nothing '
+'leasable right now, not that nothing is due. Two callers never hold one job '
+'while its lease lives.';
+
+CREATE FUNCTION job_renew(
+    p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now     bigint;
+    v_until   bigint;
+    v_renewed boolean;
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_positive('ttl_ms', p_ttl_ms);
+    v_now := coalesce(p_now, now_ms());
+    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
+    UPDATE jobs
+       SET lease_until = v_until
+     WHERE run_id = p_run_id
+       AND lease_holder = p_holder
+       AND lease_until > v_now
+    RETURNING true INTO v_renewed;
+    RETURN coalesce(v_renewed, false);
+END
+$$;
+
+COMMENT ON FUNCTION job_renew(text, text, bigint, bigint) IS
+'Extends p_holder''s lease on p_run_id to now + p_ttl_ms, only if p_holder holds '
+'an unexpired lease (lease_until > now); true even when the job is cancelled or '
+'dispatched. False: the lease expired or another holder took it, and the holder '
+'must stop.';
+
+CREATE FUNCTION job_mark_dispatched(p_run_id text, p_holder text, p_worker_id text)
+RETURNS TABLE (cancelled boolean, recorded boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_cancelled boolean;
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    PERFORM check_name('holder', p_holder);
+    IF length(p_worker_id) > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'worker_id must be a string of at most 1024 characters';
+    END IF;
+
+    -- Under READ COMMITTED a concurrent job_cancel either committed before
+    -- this UPDATE took the row lock (the re-checked row then says cancelled)
+    -- or waits for it and then sees the job dispatched.
+    UPDATE jobs j
+       SET dispatched = true,
+           worker_id = p_worker_id
+     WHERE j.run_id = p_run_id
+       AND j.lease_holder = p_holder
+    RETURNING j.cancelled INTO v_cancelled;
+    IF FOUND THEN
+        RETURN QUERY SELECT v_cancelled, true;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    SELECT coalesce((SELECT j.cancelled FROM jobs j WHERE j.run_id = p_run_id), false), false;
+END
+$$;
+
+COMMENT ON FUNCTION job_mark_dispatched(text, text, text) IS
+'Records the dispatch of p_run_id by p_holder (its lease may have expired: a '
+'dispatch can outlive its lease) with p_worker_id (NULL allowed): one row '
+'(cancelled, recorded). recorded = true when lease_holder = p_holder, and then '
+'cancelled says whether a cancel arrived (tell the bot to leave at once). '
+'Another holder took the job, or it is gone: nothing changes, recorded = false, '
+'cancelled = the stored flag (false for a missing job). The lease is left as it is.';
+
+CREATE FUNCTION job_release(p_run_id text, p_holder text, p_retry_at bigint) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_released boolean;
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_present('retry_at', p_retry_at);
+
+    UPDATE jobs
+       SET lease_holder = NULL,
+           lease_until = NULL,
+           dispatch_at = p_retry_at
+     WHERE run_id = p_run_id
+       AND lease_holder = p_holder
+       AND NOT dispatched
+    RETURNING true INTO v_released;
+    RETURN coalesce(v_released, false);
+END
+$$;
+
+COMMENT ON FUNCTION job_release(text, text, bigint) IS
+'Gives up p_holder''s lease on p_run_id without dispatching (the dispatch failed '
+'and will be retried): clears the lease and moves dispatch_at to p_retry_at. '
+'Only while lease_holder = p_holder (expired or not) and the job is not '
+'dispatched; else false and nothing changes.';
+
+CREATE FUNCTION job_cancel(p_run_id text) RETURNS text
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_dispatched boolean;
+    v_cancelled  boolean;
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+
+    -- The row lock orders this call against a concurrent job_mark_dispatched:
+    -- it waits for that commit and then reads the dispatched row.
+    SELECT j.dispatched, j.cancelled INTO v_dispatched, v_cancelled
+      FROM jobs j
+     WHERE j.run_id = p_run_id
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'missing';
+    ELSIF v_dispatched THEN
+        RETURN 'already_dispatched';
+    ELSIF NOT v_cancelled THEN
+        UPDATE jobs SET cancelled = true WHERE run_id = p_run_id;
+    END IF;
+    RETURN 'cancelled';
+END
+$$;
+
+COMMENT ON FUNCTION job_cancel(text) IS
+'Cancels p_run_id: ''cancelled'' (also when it already was, and when a lease is '
+'live: its dispatcher learns it from job_mark_dispatched), ''already_dispatched'' '
+'(nothing changes: the caller tells the bot to leave), or ''missing''.';
+
+CREATE FUNCTION job_get(p_run_id text) RETURNS SETOF jobs
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    RETURN QUERY SELECT * FROM jobs WHERE run_id = p_run_id;
+END
+$$;
+
+COMMENT ON FUNCTION job_get(text) IS
+'The job p_run_id: zero or one row.';
+
+CREATE FUNCTION job_list_dispatched() RETURNS SETOF jobs
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM jobs WHERE dispatched ORDER BY run_id;
+END
+$$;
+
+COMMENT ON FUNCTION job_list_dispatched() IS
+'Every dispatched job, ordered by run_id: what reconciliation compares with the '
+'providers'' usage. Reads the whole table.';
+
+CREATE FUNCTION job_remove(p_run_id text) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM check_name('run_id', p_run_id);
+    DELETE FROM jobs WHERE run_id = p_run_id;
+END
+$$;
+
+COMMENT ON FUNCTION job_remove(text) IS
+'Deletes the job p_run_id. Unknown run_id: nothing.';

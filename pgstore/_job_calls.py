@@ -1,0 +1,76 @@
+"""The job store's calls (SPEC §5), shared by the sync and async stores.
+
+Each builder checks what SQL cannot (Python types, NUL, bigint range) and
+leaves the value rules of SPEC §6 to the SQL function.
+"""
+
+from __future__ import annotations
+
+from . import _rows
+from . import _validate as v
+from ._call import Call, Function
+from .models import CancelResult, Job, MarkResult
+
+SCHEDULE = Function("job_schedule", ("text", "bigint"))
+LEASE = Function("job_lease", ("text", "bigint", "bigint"))
+RENEW = Function("job_renew", ("text", "text", "bigint", "bigint"))
+MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text"))
+RELEASE = Function("job_release", ("text", "text", "bigint"))
+CANCEL = Function("job_cancel", ("text",))
+GET = Function("job_get", ("text",))
+LIST_DISPATCHED = Function("job_list_dispatched", ())
+REMOVE = Function("job_remove", ("text",))
+
+
+def schedule(run_id: str, dispatch_at: int) -> Call[None]:
+    v.text("run_id", run_id)
+    v.integer("dispatch_at", dispatch_at)
+    return Call(SCHEDULE, (run_id, dispatch_at), _rows.nothing)
+
+
+def lease(holder: str, now: int | None, ttl_ms: int) -> Call[Job | None]:
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    return Call(LEASE, (holder, now, ttl_ms), _rows.optional_job)
+
+
+def renew(run_id: str, holder: str, now: int | None, ttl_ms: int) -> Call[bool]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    return Call(RENEW, (run_id, holder, now, ttl_ms), _rows.boolean)
+
+
+def mark_dispatched(run_id: str, holder: str, worker_id: str | None) -> Call[MarkResult]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.text("worker_id", worker_id)
+    return Call(MARK_DISPATCHED, (run_id, holder, worker_id), _rows.mark_result)
+
+
+def release(run_id: str, holder: str, retry_at: int) -> Call[bool]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.integer("retry_at", retry_at)
+    return Call(RELEASE, (run_id, holder, retry_at), _rows.boolean)
+
+
+def cancel(run_id: str) -> Call[CancelResult]:
+    v.text("run_id", run_id)
+    return Call(CANCEL, (run_id,), _rows.cancel_result)
+
+
+def get(run_id: str) -> Call[Job | None]:
+    v.text("run_id", run_id)
+    return Call(GET, (run_id,), _rows.optional_job)
+
+
+def list_dispatched() -> Call[list[Job]]:
+    return Call(LIST_DISPATCHED, (), _rows.jobs)
+
+
+def remove(run_id: str) -> Call[None]:
+    v.text("run_id", run_id)
+    return Call(REMOVE, (run_id,), _rows.nothing)

@@ -1,0 +1,98 @@
+"""What every PostgreSQL store shares: its runner, ``start()``, ``close()``.
+
+The store classes add one method per SQL function on top of these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from . import _common_calls as common
+from ._runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
+from ._schema import DEFAULT_SCHEMA
+from ._startup import migrate, needs_migration
+from .errors import SchemaNotReady
+
+_Sync = TypeVar("_Sync", bound="SyncStore")
+_Async = TypeVar("_Async", bound="AsyncStore")
+
+
+class SyncStore:
+    """A store over a sync source: conninfo (own pool), ``Connection`` or ``ConnectionPool``."""
+
+    def __init__(
+        self, source: SyncSource, *, schema: str = DEFAULT_SCHEMA, auto_migrate: bool = False
+    ) -> None:
+        self._runner = SyncRunner(source, schema)
+        self._auto_migrate = auto_migrate
+
+    @property
+    def schema(self) -> str:
+        """The schema whose functions this store calls."""
+        return self._runner.schema
+
+    def start(self) -> None:
+        """Check that the schema is at the migration head (or migrate it, with
+        ``auto_migrate=True``); raise ``SchemaNotReady`` saying what to run. Idempotent."""
+        try:
+            revision: str | None = self._runner.run(common.schema_revision())
+        except SchemaNotReady:
+            revision = None
+        if needs_migration(self.schema, revision, self._auto_migrate):
+            migrate(self._runner.conninfo(), self.schema)
+
+    def close(self) -> None:
+        """Close the pool opened for a conninfo source (borrowed sources are left open)."""
+        self._runner.close()
+
+    def __enter__(self: _Sync) -> _Sync:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def now_ms(self) -> int:
+        """The database clock in epoch ms."""
+        return self._runner.run(common.now_ms())
+
+
+class AsyncStore:
+    """A store over an asyncio source: conninfo (own pool), ``AsyncConnection`` or
+    ``AsyncConnectionPool``; ``SyncStore``'s contract."""
+
+    def __init__(
+        self, source: AsyncSource, *, schema: str = DEFAULT_SCHEMA, auto_migrate: bool = False
+    ) -> None:
+        self._runner = AsyncRunner(source, schema)
+        self._auto_migrate = auto_migrate
+
+    @property
+    def schema(self) -> str:
+        """The schema whose functions this store calls."""
+        return self._runner.schema
+
+    async def start(self) -> None:
+        """See ``SyncStore.start``."""
+        try:
+            revision: str | None = await self._runner.run(common.schema_revision())
+        except SchemaNotReady:
+            revision = None
+        if needs_migration(self.schema, revision, self._auto_migrate):
+            await asyncio.to_thread(migrate, self._runner.conninfo(), self.schema)
+
+    async def close(self) -> None:
+        """See ``SyncStore.close``."""
+        await self._runner.close()
+
+    async def __aenter__(self: _Async) -> _Async:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def now_ms(self) -> int:
+        """The database clock in epoch ms."""
+        return await self._runner.run(common.now_ms())

@@ -1,0 +1,99 @@
+"""The PostgreSQL job stores (SPEC §5, §7): sync and asyncio.
+
+Each method is one call of one SQL function (see ``_job_calls``); the two
+classes differ only in how they send it. Durable stores have no ``forget``:
+they keep their records (``remove`` deletes one job).
+"""
+
+from __future__ import annotations
+
+from . import _job_calls as calls
+from ._store import AsyncStore, SyncStore
+from .models import CancelResult, Job, MarkResult
+
+__all__ = ["AsyncPgJobStore", "PgJobStore"]
+
+
+class PgJobStore(SyncStore):
+    """Delayed dispatch with holder leases in PostgreSQL, for threads.
+
+    ``source`` is a conninfo string (the store keeps a small pool of its own),
+    a psycopg ``Connection`` (used as is: without autocommit, calls join the
+    caller's transaction) or a ``ConnectionPool``. Times are epoch ms;
+    ``now=None`` means the database clock. Bad arguments raise
+    ``InvalidArgument`` and change nothing.
+    """
+
+    def schedule(self, run_id: str, dispatch_at: int) -> None:
+        """Add the job, due at ``dispatch_at``; an existing job's ``dispatch_at`` only moves."""
+        return self._runner.run(calls.schedule(run_id, dispatch_at))
+
+    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        """Lease the earliest due, uncancelled, undispatched job with no live lease until
+        ``now + ttl_ms``; None: nothing leasable right now."""
+        return self._runner.run(calls.lease(holder, now, ttl_ms))
+
+    def renew(self, run_id: str, holder: str, now: int | None, ttl_ms: int) -> bool:
+        """Extend a lease ``holder`` still holds unexpired; False: stop, it was lost."""
+        return self._runner.run(calls.renew(run_id, holder, now, ttl_ms))
+
+    def mark_dispatched(self, run_id: str, holder: str, worker_id: str | None) -> MarkResult:
+        """Record the dispatch while ``holder`` is the lease's holder (expired or not);
+        ``cancelled``: a cancel arrived, the bot must leave at once."""
+        return self._runner.run(calls.mark_dispatched(run_id, holder, worker_id))
+
+    def release(self, run_id: str, holder: str, retry_at: int) -> bool:
+        """Give the lease back undispatched and move the job to ``retry_at``; False:
+        ``holder`` no longer holds it, or it was dispatched, or it is gone."""
+        return self._runner.run(calls.release(run_id, holder, retry_at))
+
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
+        ``MISSING``."""
+        return self._runner.run(calls.cancel(run_id))
+
+    def get(self, run_id: str) -> Job | None:
+        """The job, or None."""
+        return self._runner.run(calls.get(run_id))
+
+    def list_dispatched(self) -> list[Job]:
+        """Every dispatched job, ordered by run_id."""
+        return self._runner.run(calls.list_dispatched())
+
+    def remove(self, run_id: str) -> None:
+        """Delete the job (unknown run_id: nothing)."""
+        return self._runner.run(calls.remove(run_id))
+
+
+class AsyncPgJobStore(AsyncStore):
+    """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
+    contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
+
+    async def schedule(self, run_id: str, dispatch_at: int) -> None:
+        return await self._runner.run(calls.schedule(run_id, dispatch_at))
+
+    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        return await self._runner.run(calls.lease(holder, now, ttl_ms))
+
+    async def renew(self, run_id: str, holder: str, now: int | None, ttl_ms: int) -> bool:
+        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms))
+
+    async def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None
+    ) -> MarkResult:
+        return await self._runner.run(calls.mark_dispatched(run_id, holder, worker_id))
+
+    async def release(self, run_id: str, holder: str, retry_at: int) -> bool:
+        return await self._runner.run(calls.release(run_id, holder, retry_at))
+
+    async def cancel(self, run_id: str) -> CancelResult:
+        return await self._runner.run(calls.cancel(run_id))
+
+    async def get(self, run_id: str) -> Job | None:
+        return await self._runner.run(calls.get(run_id))
+
+    async def list_dispatched(self) -> list[Job]:
+        return await self._runner.run(calls.list_dispatched())
+
+    async def remove(self, run_id: str) -> None:
+        return await self._runner.run(calls.remove(run_id))

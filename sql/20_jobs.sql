@@ -1,0 +1,38 @@
+-- pgstore: the job store's table.
+--
+-- The table is never pruned by the store: dispatched and cancelled jobs pile
+-- up for reconciliation (job_list_dispatched). The lease path therefore reads
+-- a partial index that holds only the jobs still waiting to be dispatched, so
+-- its cost depends on the pending jobs, not on the history.
+--
+-- Leases and renews change only lease_holder and lease_until, which no index
+-- covers, so they stay HOT (heap-only) updates; fillfactor 70 leaves the room
+-- on each page for that. Marking a job dispatched or cancelled changes the
+-- partial index's predicate, so those updates are not HOT (they happen once
+-- per job).
+
+CREATE TABLE jobs (
+    run_id       text COLLATE "C" PRIMARY KEY,
+    dispatch_at  bigint  NOT NULL,
+    lease_holder text,
+    lease_until  bigint,
+    worker_id    text,
+    dispatched   boolean NOT NULL DEFAULT false,
+    cancelled    boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 70);
+
+CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
+    WHERE NOT dispatched AND NOT cancelled;
+
+COMMENT ON TABLE jobs IS
+'Delayed dispatch with holder leases ("send a bot into meeting R at 10:00"). '
+'Written only through the job_* functions; dispatched and cancelled jobs are kept.';
+COMMENT ON COLUMN jobs.dispatch_at IS
+'Epoch ms when the job is due; job_release moves it to the retry time.';
+COMMENT ON COLUMN jobs.lease_until IS
+'Epoch ms until which lease_holder holds the job; the lease is live while lease_until > now.';
+COMMENT ON COLUMN jobs.worker_id IS
+'Set by job_mark_dispatched: the provider''s worker that carries out the job.';
+COMMENT ON INDEX jobs_pending_by_dispatch_at IS
+'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
+'with dispatched and cancelled history.';
