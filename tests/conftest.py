@@ -10,7 +10,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgstore import AsyncPgScheduleStore, MemoryScheduleStore, PgScheduleStore
+from pgstore import (
+    AsyncPgJobStore,
+    AsyncPgScheduleStore,
+    Job,
+    MemoryJobStore,
+    MemoryScheduleStore,
+    PgJobStore,
+    PgScheduleStore,
+)
 
 
 class SyncOverAsync:
@@ -74,5 +82,52 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
     async_store = AsyncPgScheduleStore(dsn, schema=schema)
     loop.run_until_complete(async_store.start())
     yield StoreUnderTest(SyncOverAsync(async_store, loop), _pg_fences(dsn, schema))
+    loop.run_until_complete(async_store.close())
+    loop.close()
+
+
+@dataclass
+class JobStoreUnderTest:
+    """A job store, and a way to read its whole state (every job, by run_id)."""
+
+    store: Any
+    state: Callable[[], list[Job]]
+
+
+def pg_jobs_state(dsn: str, schema: str) -> Callable[[], list[Job]]:
+    """Every row of ``schema``.jobs as ``Job``s, ordered by run_id, read on a fresh connection."""
+
+    def read() -> list[Job]:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                psycopg.sql.SQL(
+                    "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id,"
+                    " dispatched, cancelled FROM {}.jobs ORDER BY run_id"
+                ).format(psycopg.sql.Identifier(schema))
+            ).fetchall()
+        return [Job(*row) for row in rows]
+
+    return read
+
+
+@pytest.fixture(params=["memory", "pg", "async_pg"])
+def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
+    kind = request.param
+    if kind == "memory":
+        memory = MemoryJobStore()
+        yield JobStoreUnderTest(memory, memory.list_all)
+        return
+    dsn = request.getfixturevalue("pgstore_database")
+    schema = request.getfixturevalue("pgstore_schema")
+    if kind == "pg":
+        store = PgJobStore(dsn, schema=schema)
+        store.start()
+        yield JobStoreUnderTest(store, pg_jobs_state(dsn, schema))
+        store.close()
+        return
+    loop = asyncio.new_event_loop()
+    async_store = AsyncPgJobStore(dsn, schema=schema)
+    loop.run_until_complete(async_store.start())
+    yield JobStoreUnderTest(SyncOverAsync(async_store, loop), pg_jobs_state(dsn, schema))
     loop.run_until_complete(async_store.close())
     loop.close()

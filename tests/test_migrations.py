@@ -14,7 +14,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 import pgstore
-from pgstore import PgScheduleStore, SchemaNotReady
+from pgstore import PgJobStore, PgScheduleStore, SchemaNotReady
 from pgstore._resources import current_schema_sql
 from pgstore.schema_migrations import alembic_config, current_revision, downgrade, migrate
 from pgstore.testing import install_schema
@@ -80,6 +80,41 @@ def test_upgrade_downgrade_upgrade(pgstore_fresh_database: Callable[[], str]) ->
     migrate(dsn, "cycle")
     with PgScheduleStore(dsn, schema="cycle") as store:
         assert store.register("t", "interval", "1", 0, 0).fencing_token == 0
+
+
+def test_upgrade_from_0001_keeps_schedules_and_downgrade_back_to_it(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig_upgraded", "pgstore_0001")
+    migrate(dsn, "mig_reference", "pgstore_0001")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT * FROM mig_upgraded.schedule_register('t', 'interval', '1000', 0, 0)")
+        conn.execute("SELECT * FROM mig_upgraded.schedule_claim_due('t', 'w', 10, 60000)")
+        conn.execute("SELECT mig_upgraded.schedule_delete('t')")
+        conn.execute("SELECT * FROM mig_upgraded.schedule_register('t', 'interval', '1000', 0, 0)")
+        conn.execute("SELECT * FROM mig_upgraded.schedule_claim_due('t', 'w', 10, 60000)")
+        before = conn.execute("SELECT * FROM mig_upgraded.schedules").fetchall()
+        assert before[0][6] == 2  # the fencing token, lifted across the delete
+    store = PgScheduleStore(dsn, schema="mig_upgraded")
+    with pytest.raises(SchemaNotReady, match="is at revision pgstore_0001"):
+        store.start()
+    store.close()
+
+    migrate(dsn, "mig_upgraded")
+    assert current_revision(dsn, "mig_upgraded") == pgstore.HEAD_REVISION
+    with PgScheduleStore(dsn, schema="mig_upgraded") as schedules, PgJobStore(dsn, schema="mig_upgraded") as jobs:
+        record = schedules.get("t")
+        assert record is not None and record.fencing_token == 2 and record.lease_owner == "w"
+        jobs.schedule("r", 0)
+        assert jobs.lease("h", 10, 1000) is not None
+
+    downgrade(dsn, "mig_upgraded", "pgstore_0001")
+    with psycopg.connect(dsn) as conn:
+        assert catalog(conn, "mig_upgraded") == catalog(conn, "mig_reference")
+        assert conn.execute("SELECT mig_upgraded.schema_revision()").fetchone() == ("pgstore_0001",)
+        assert conn.execute("SELECT * FROM mig_upgraded.schedules").fetchall() == before
+        assert conn.execute("SELECT to_regclass('mig_upgraded.jobs')").fetchone() == (None,)
 
 
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:

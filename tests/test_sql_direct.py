@@ -21,6 +21,7 @@ def _state(db: psycopg.Connection[Any]) -> list[Any]:
     return [
         db.execute("SELECT * FROM schedules ORDER BY id").fetchall(),
         db.execute("SELECT * FROM schedule_fences ORDER BY id").fetchall(),
+        db.execute("SELECT * FROM jobs ORDER BY run_id").fetchall(),
     ]
 
 
@@ -78,12 +79,39 @@ NULL_CALLS = [
 ]
 
 
-@pytest.mark.parametrize(("call", "param"), NULL_CALLS)
+JOB_NULL_CALLS = [
+    ("job_schedule(NULL, 1)", "run_id"),
+    ("job_schedule('', 1)", "run_id"),
+    ("job_schedule('r', NULL)", "dispatch_at"),
+    ("job_lease(NULL, 0, 1)", "holder"),
+    ("job_lease('', 0, 1)", "holder"),
+    ("job_lease('h', 0, NULL)", "ttl_ms"),
+    ("job_lease('h', 0, 0)", "ttl_ms"),
+    ("job_renew(NULL, 'h', 0, 1)", "run_id"),
+    ("job_renew('r', NULL, 0, 1)", "holder"),
+    ("job_renew('r', 'h', 0, NULL)", "ttl_ms"),
+    ("job_renew('r', 'h', 0, -1)", "ttl_ms"),
+    ("job_mark_dispatched(NULL, 'h', 'w')", "run_id"),
+    ("job_mark_dispatched('r', NULL, 'w')", "holder"),
+    ("job_mark_dispatched('r', 'h', repeat('w', 1025))", "worker_id"),
+    ("job_release(NULL, 'h', 1)", "run_id"),
+    ("job_release('r', NULL, 1)", "holder"),
+    ("job_release('r', 'h', NULL)", "retry_at"),
+    ("job_cancel(NULL)", "run_id"),
+    ("job_cancel(repeat('r', 1025))", "run_id"),
+    ("job_get(NULL)", "run_id"),
+    ("job_remove(NULL)", "run_id"),
+]
+
+
+@pytest.mark.parametrize(("call", "param"), NULL_CALLS + JOB_NULL_CALLS)
 def test_bad_arguments_raise_22023_naming_the_parameter(
     db: psycopg.Connection[Any], call: str, param: str
 ) -> None:
     db.execute("SELECT schedule_register('t', 'interval', '1', 0, 0)")
     db.execute("SELECT schedule_claim_due('t', 'w', 0, 100000)")
+    db.execute("SELECT job_schedule('r', 0)")
+    db.execute("SELECT job_lease('h', 0, 100000)")
     before = _state(db)
     with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
         db.execute(f"SELECT * FROM {call}")  # type: ignore[arg-type]
@@ -102,23 +130,65 @@ def test_overflow_raises_22003(db: psycopg.Connection[Any]) -> None:
     assert _state(db) == before
 
 
+def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
+    assert db.execute("SELECT job_schedule('meeting-R', 36000000)").fetchone() == ("",)
+    assert db.execute("SELECT * FROM job_lease('dispatcher-1', 35999999, 30000)").fetchall() == []
+    row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
+    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False)
+    assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
+    assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
+    assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
+    assert db.execute("SELECT run_id, worker_id FROM job_list_dispatched()").fetchall() == [("meeting-R", "bot-9")]
+    assert db.execute("SELECT * FROM job_mark_dispatched('gone', 'h', NULL)").fetchall() == [(False, False)]
+    assert db.execute("SELECT job_release('meeting-R', 'dispatcher-1', 0)").fetchone() == (False,)
+    db.execute("SELECT job_remove('meeting-R')")
+    assert db.execute("SELECT * FROM job_get('meeting-R')").fetchall() == []
+    assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("missing",)
+
+
+def test_job_lease_and_renew_overflow_raise_22003(db: psycopg.Connection[Any]) -> None:
+    db.execute("SELECT job_schedule('r', 0)")
+    db.execute("SELECT job_lease('h', 0, 1000)")
+    before = _state(db)
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        db.execute("SELECT * FROM job_lease('h', 9223372036854775000, 1000)")
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        db.execute("SELECT job_renew('r', 'h', 9223372036854775000, 1000)")
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        db.execute("SELECT job_renew('unknown', 'h', 9223372036854775000, 1000)")
+    assert _state(db) == before
+
+
 def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schema: str) -> None:
     rows = db.execute(
         "SELECT p.proname, obj_description(p.oid, 'pg_proc'), p.proconfig FROM pg_proc p"
         " WHERE p.pronamespace = %s::regnamespace",
         (pgstore_schema,),
     ).fetchall()
-    assert len(rows) >= 14
+    assert len(rows) >= 23
     for name, comment, config in rows:
         assert comment, f"{name} has no COMMENT ON FUNCTION"
         assert config and any(c.startswith("search_path=") and c.endswith("pg_temp") for c in config), name
 
 
-def test_claim_renew_complete_are_single_update_statements(pgstore_schema: str) -> None:
+@pytest.mark.parametrize(
+    ("file", "fn"),
+    [
+        ("11_schedule_functions.sql", "schedule_claim_due"),
+        ("11_schedule_functions.sql", "schedule_renew"),
+        ("11_schedule_functions.sql", "schedule_complete"),
+        ("21_job_functions.sql", "job_lease"),
+    ],
+)
+def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, fn: str) -> None:
     from pgstore._resources import sql_dir
 
-    text = (sql_dir() / "11_schedule_functions.sql").read_text()
-    for fn in ("schedule_claim_due", "schedule_renew", "schedule_complete"):
-        body = text.split(f"CREATE FUNCTION {fn}(")[1].split("$$")[1]
-        assert body.count("UPDATE ") == 1 and "RETURNING" in body, fn
-        assert "FOR UPDATE" not in body and "advisory" not in body, fn
+    text = (sql_dir() / file).read_text()
+    body = text.split(f"CREATE FUNCTION {fn}(")[1].split("$$")[1]
+    code = "\n".join(line.split("--")[0] for line in body.splitlines())
+    updates = code.count("UPDATE ") - code.count("FOR UPDATE")
+    assert updates == 1 and code.count("RETURNING") == 1, fn
+    assert "advisory" not in code and "BEGIN;" not in code, fn
+    # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (SPEC §5);
+    # the schedule functions lock nothing but the row they update.
+    assert code.count("FOR UPDATE") == (1 if fn == "job_lease" else 0), fn

@@ -1,0 +1,508 @@
+"""SPEC §5 and §6 for every job store: memory, PostgreSQL sync and asyncio.
+
+Every call passes an explicit ``now`` except where the database clock is the
+point, so the rules about expiry (``lease_until <= now`` is expired) are
+exercised at their boundaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pgstore import CancelResult, InvalidArgument, Job, MarkResult
+from tests.conftest import JobStoreUnderTest
+
+TTL = 1_000
+LONG = "x" * 1025
+OK_1024 = "y" * 1024
+
+
+def _job(run_id: str, dispatch_at: int, **changes: Any) -> Job:
+    fields: dict[str, Any] = {
+        "lease_holder": None, "lease_until": None, "worker_id": None,
+        "dispatched": False, "cancelled": False,
+    }
+    fields.update(changes)
+    return Job(run_id=run_id, dispatch_at=dispatch_at, **fields)
+
+
+# --- schedule, get, remove ---------------------------------------------------------------
+
+
+def test_get_unknown_is_none(jobs: JobStoreUnderTest) -> None:
+    assert jobs.store.get("nope") is None
+
+
+def test_schedule_adds_a_pending_job(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.schedule("r1", 500) is None
+    assert s.get("r1") == _job("r1", 500)
+    assert jobs.state() == [_job("r1", 500)]
+
+
+def test_schedule_existing_moves_only_dispatch_at(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    leased = s.lease("h1", 150, TTL)
+    assert leased is not None
+    assert s.mark_dispatched("r1", "h1", "bot-7") == MarkResult(cancelled=False, recorded=True)
+    s.schedule("r1", 9_000)
+    assert s.get("r1") == _job(
+        "r1", 9_000, lease_holder="h1", lease_until=150 + TTL, worker_id="bot-7", dispatched=True
+    )
+    s.schedule("r2", 100)
+    assert s.cancel("r2") == CancelResult.CANCELLED
+    s.schedule("r2", 50)
+    assert s.get("r2") == _job("r2", 50, cancelled=True)
+
+
+def test_remove_deletes_and_unknown_is_a_no_op(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    s.schedule("r2", 100)
+    assert s.remove("r1") is None
+    assert s.get("r1") is None
+    s.remove("nope")
+    assert jobs.state() == [_job("r2", 100)]
+
+
+# --- lease ------------------------------------------------------------------------------
+
+
+def test_lease_sets_holder_and_expiry(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    leased = s.lease("h1", 100, TTL)  # dispatch_at == now is due
+    expected = _job("r1", 100, lease_holder="h1", lease_until=100 + TTL)
+    assert leased == expected
+    assert s.get("r1") == expected
+
+
+def test_lease_nothing_due(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.lease("h1", 1_000, TTL) is None  # empty store
+    s.schedule("r1", 100)
+    before = jobs.state()
+    assert s.lease("h1", 99, TTL) is None
+    assert jobs.state() == before
+
+
+def test_leases_come_out_in_dispatch_at_order_ties_by_run_id(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    for run_id, at in [("late", 300), ("b", 200), ("a", 200), ("A", 200), ("early", 100),
+                       ("future", 10_000)]:
+        s.schedule(run_id, at)
+    order = []
+    while (leased := s.lease("h1", 500, TTL)) is not None:
+        order.append(leased.run_id)
+    # "A" < "a" < "b": code-point order, whatever the database's collation.
+    assert order == ["early", "A", "a", "b", "late"]
+
+
+def test_lease_skips_cancelled_dispatched_and_live_leases(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    for run_id in ["a-cancelled", "b-dispatched", "c-leased", "d-free"]:
+        s.schedule(run_id, 100)
+    assert s.cancel("a-cancelled") == CancelResult.CANCELLED
+    first = s.lease("h0", 100, TTL)
+    assert first is not None and first.run_id == "b-dispatched"
+    assert s.mark_dispatched("b-dispatched", "h0", "w").recorded
+    second = s.lease("h0", 100, TTL)
+    assert second is not None and second.run_id == "c-leased"
+    third = s.lease("h1", 200, TTL)
+    assert third is not None and third.run_id == "d-free"
+    assert s.lease("h2", 300, TTL) is None
+
+
+def test_expired_lease_is_leased_again_and_first_holder_renew_fails(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.lease("h2", 100 + TTL - 1, TTL) is None  # still live
+    again = s.lease("h2", 100 + TTL, TTL)  # lease_until == now: expired
+    assert again == _job("r1", 100, lease_holder="h2", lease_until=100 + 2 * TTL)
+    assert s.renew("r1", "h1", 100 + TTL, TTL) is False
+    assert s.get("r1") == again
+
+
+# --- renew ------------------------------------------------------------------------------
+
+
+def test_renew_extends_a_live_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.renew("r1", "h1", 600, 5_000) is True
+    assert s.get("r1") == _job("r1", 100, lease_holder="h1", lease_until=5_600)
+
+
+def test_renew_fails_when_expired_even_if_nobody_took_it(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    before = jobs.state()
+    assert s.renew("r1", "h1", 100 + TTL, TTL) is False  # lease_until > now is required
+    assert jobs.state() == before
+
+
+def test_renew_by_another_holder_or_unknown_job_fails(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    before = jobs.state()
+    assert s.renew("r1", "h2", 200, TTL) is False
+    assert s.renew("nope", "h1", 200, TTL) is False
+    s.schedule("r2", 100)
+    assert s.renew("r2", "h1", 200, TTL) is False  # never leased
+    assert jobs.state() == [*before, _job("r2", 100)]
+
+
+def test_renew_live_lease_is_true_when_cancelled_or_dispatched(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("c", 100)
+    s.schedule("d", 100)
+    assert s.lease("h1", 100, TTL) is not None  # "c"
+    assert s.lease("h1", 100, TTL) is not None  # "d"
+    assert s.cancel("c") == CancelResult.CANCELLED
+    assert s.mark_dispatched("d", "h1", None).recorded
+    assert s.renew("c", "h1", 200, TTL) is True
+    assert s.renew("d", "h1", 200, TTL) is True
+    assert [j.lease_until for j in jobs.state()] == [200 + TTL, 200 + TTL]
+
+
+# --- mark_dispatched -----------------------------------------------------------------------
+
+
+def test_mark_dispatched_by_holder_records_and_keeps_the_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=False, recorded=True)
+    assert s.get("r1") == _job(
+        "r1", 100, lease_holder="h1", lease_until=100 + TTL, worker_id="bot-1", dispatched=True
+    )
+    assert s.lease("h2", 100 + 10 * TTL, TTL) is None  # dispatched: never leased again
+
+
+def test_mark_dispatched_after_expiry_nobody_else_is_recorded(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    # The dispatch outlived the lease, but nobody took the job meanwhile.
+    assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=False, recorded=True)
+    job = s.get("r1")
+    assert job is not None and job.dispatched and job.worker_id == "bot-1"
+
+
+def test_mark_dispatched_after_another_holder_took_it_changes_nothing(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.lease("h2", 100 + TTL, TTL) is not None
+    before = jobs.state()
+    assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=False, recorded=False)
+    assert jobs.state() == before
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    # Not recorded: cancelled is the stored flag.
+    assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=True, recorded=False)
+
+
+def test_mark_dispatched_on_missing_or_unleased_job(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.mark_dispatched("nope", "h1", "w") == MarkResult(cancelled=False, recorded=False)
+    s.schedule("r1", 100)
+    before = jobs.state()
+    assert s.mark_dispatched("r1", "h1", "w") == MarkResult(cancelled=False, recorded=False)
+    assert jobs.state() == before
+
+
+def test_mark_dispatched_again_by_holder_records_again_new_worker_wins(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.mark_dispatched("r1", "h1", "bot-1").recorded
+    assert s.mark_dispatched("r1", "h1", "bot-2") == MarkResult(cancelled=False, recorded=True)
+    job = s.get("r1")
+    assert job is not None and job.worker_id == "bot-2"
+    assert s.mark_dispatched("r1", "h1", None).recorded
+    job = s.get("r1")
+    assert job is not None and job.worker_id is None and job.dispatched
+
+
+def test_cancel_under_live_lease_is_learned_from_mark_dispatched(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    job = s.get("r1")
+    assert job is not None and job.cancelled and job.lease_holder == "h1"  # lease untouched
+    assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=True, recorded=True)
+    assert s.get("r1") == _job(
+        "r1", 100, lease_holder="h1", lease_until=100 + TTL, worker_id="bot-1",
+        dispatched=True, cancelled=True,
+    )
+    assert s.cancel("r1") == CancelResult.ALREADY_DISPATCHED
+
+
+# --- release ----------------------------------------------------------------------------
+
+
+def test_release_clears_the_lease_and_moves_dispatch_at(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.release("r1", "h1", 5_000) is True
+    assert s.get("r1") == _job("r1", 5_000)
+    assert s.lease("h2", 4_999, TTL) is None
+    leased = s.lease("h2", 5_000, TTL)
+    assert leased is not None and leased.run_id == "r1"
+
+
+def test_release_by_holder_after_expiry_still_works(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    # release has no now: "still holds" is lease_holder = holder, expired or not.
+    assert s.release("r1", "h1", 7_000) is True
+    assert s.get("r1") == _job("r1", 7_000)
+
+
+def test_release_fails_and_changes_nothing_unless_holder_holds_undispatched(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("taken", 100)
+    s.schedule("dispatched", 100)
+    s.schedule("never", 100)
+    assert s.lease("h1", 100, TTL) is not None  # "dispatched"
+    assert s.mark_dispatched("dispatched", "h1", "w").recorded
+    assert s.lease("h1", 100, TTL) is not None  # "never": ties go by run_id
+    assert s.lease("h2", 100, TTL) is not None
+    state = {j.run_id: j.lease_holder for j in jobs.state()}
+    assert state == {"dispatched": "h1", "never": "h1", "taken": "h2"}
+    assert s.release("never", "h1", 9_000) is True
+    before = jobs.state()
+    assert s.release("taken", "h1", 9_000) is False  # another holder
+    assert s.release("dispatched", "h1", 9_000) is False  # dispatched
+    assert s.release("never", "h1", 9_000) is False  # released already: no holder
+    assert s.release("nope", "h1", 9_000) is False  # gone
+    assert jobs.state() == before
+
+
+def test_release_of_a_cancelled_job_under_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    assert s.release("r1", "h1", 9_000) is True
+    assert s.get("r1") == _job("r1", 9_000, cancelled=True)
+    assert s.lease("h1", 10_000, TTL) is None  # cancelled: never leased
+
+
+# --- cancel -----------------------------------------------------------------------------
+
+
+def test_cancel_answers(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.cancel("nope") == CancelResult.MISSING
+    s.schedule("r1", 100)
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    assert s.cancel("r1") == CancelResult.CANCELLED  # again: still "cancelled"
+    assert s.get("r1") == _job("r1", 100, cancelled=True)
+    assert s.lease("h1", 1_000, TTL) is None
+
+
+def test_cancel_dispatched_changes_nothing(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    assert s.mark_dispatched("r1", "h1", "bot").recorded
+    before = jobs.state()
+    assert s.cancel("r1") == CancelResult.ALREADY_DISPATCHED
+    assert jobs.state() == before
+
+
+def test_cancel_result_is_a_string_enum(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    answer = s.cancel("r1")
+    assert isinstance(answer, CancelResult) and isinstance(answer, str)
+    assert answer == "cancelled" and str(answer) == "cancelled"
+    assert s.cancel("nope") == "missing"
+
+
+# --- list_dispatched ----------------------------------------------------------------------
+
+
+def test_list_dispatched_returns_every_dispatched_job_by_run_id(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.list_dispatched() == []
+    for run_id in ["b", "a", "c", "pending"]:
+        s.schedule(run_id, 100 if run_id != "pending" else 10_000)
+    for _ in range(3):
+        leased = s.lease("h1", 100, TTL)
+        assert leased is not None
+        assert s.mark_dispatched(leased.run_id, "h1", f"w-{leased.run_id}").recorded
+    listed = s.list_dispatched()
+    assert [j.run_id for j in listed] == ["a", "b", "c"]
+    assert all(j.dispatched and j.worker_id == f"w-{j.run_id}" for j in listed)
+    assert listed == [j for j in jobs.state() if j.dispatched]
+
+
+# --- the database clock ---------------------------------------------------------------------
+
+
+def test_now_none_uses_the_store_clock(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    clock = s.now_ms()
+    s.schedule("past", clock - 60_000)
+    s.schedule("future", clock + 3_600_000)
+    leased = s.lease("h1", None, 60_000)
+    assert leased is not None and leased.run_id == "past"
+    assert leased.lease_until is not None
+    assert clock + 60_000 <= leased.lease_until <= s.now_ms() + 60_000
+    assert s.lease("h1", None, 60_000) is None
+    assert s.renew("past", "h1", None, 120_000) is True
+
+
+# --- bad input (SPEC §6) -------------------------------------------------------------------
+
+BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
+    ("schedule", "run_id", ("", 1)),
+    ("schedule", "run_id", (None, 1)),
+    ("schedule", "run_id", (LONG, 1)),
+    ("schedule", "dispatch_at", ("r", None)),
+    ("lease", "holder", ("", 100, TTL)),
+    ("lease", "holder", (None, 100, TTL)),
+    ("lease", "holder", (LONG, 100, TTL)),
+    ("lease", "ttl_ms", ("h", 100, 0)),
+    ("lease", "ttl_ms", ("h", 100, -1)),
+    ("lease", "ttl_ms", ("h", 100, None)),
+    ("renew", "run_id", ("", "h", 100, TTL)),
+    ("renew", "run_id", (None, "h", 100, TTL)),
+    ("renew", "holder", ("live", "", 100, TTL)),
+    ("renew", "holder", ("live", LONG, 100, TTL)),
+    ("renew", "ttl_ms", ("live", "h", 100, 0)),
+    ("renew", "ttl_ms", ("live", "h", 100, None)),
+    ("mark_dispatched", "run_id", ("", "h", "w")),
+    ("mark_dispatched", "run_id", (LONG, "h", "w")),
+    ("mark_dispatched", "holder", ("live", "", "w")),
+    ("mark_dispatched", "holder", ("live", None, "w")),
+    ("mark_dispatched", "worker_id", ("live", "h", LONG)),
+    ("release", "run_id", ("", "h", 1)),
+    ("release", "holder", ("live", "", 1)),
+    ("release", "holder", ("live", LONG, 1)),
+    ("release", "retry_at", ("live", "h", None)),
+    ("cancel", "run_id", ("",)),
+    ("cancel", "run_id", (None,)),
+    ("cancel", "run_id", (LONG,)),
+    ("get", "run_id", ("",)),
+    ("get", "run_id", (LONG,)),
+    ("remove", "run_id", ("",)),
+    ("remove", "run_id", (None,)),
+]
+
+
+def _populated(jobs: JobStoreUnderTest) -> None:
+    """Pending, live-leased, dispatched and cancelled jobs, for bad calls to leave alone."""
+    s = jobs.store
+    s.schedule("dispatched", 50)
+    s.schedule("live", 60)
+    s.schedule("cancelled", 70)
+    s.schedule("pending", 5_000)
+    assert s.lease("h", 100, TTL) is not None
+    assert s.mark_dispatched("dispatched", "h", "w").recorded
+    assert s.lease("h", 100, TTL) is not None
+    assert s.cancel("cancelled") == CancelResult.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("method", "param", "args"),
+    BAD_CALLS,
+    ids=[f"{m}-{p}-{i}" for i, (m, p, _) in enumerate(BAD_CALLS)],
+)
+def test_bad_input_is_rejected_and_changes_nothing(
+    jobs: JobStoreUnderTest, method: str, param: str, args: tuple[Any, ...]
+) -> None:
+    _populated(jobs)
+    before = jobs.state()
+    with pytest.raises(InvalidArgument) as raised:
+        getattr(jobs.store, method)(*args)
+    assert raised.value.sqlstate == "22023"
+    assert param in str(raised.value)
+    assert jobs.state() == before
+
+
+def test_names_of_exactly_1024_characters_are_fine(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule(OK_1024, 100)
+    leased = s.lease(OK_1024, 100, TTL)
+    assert leased is not None and leased.lease_holder == OK_1024
+    assert s.renew(OK_1024, OK_1024, 100, TTL)
+    assert s.mark_dispatched(OK_1024, OK_1024, OK_1024) == MarkResult(False, True)
+    job = s.get(OK_1024)
+    assert job is not None and job.worker_id == OK_1024
+
+
+def test_lengths_count_characters_not_bytes(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    wide = "é" * 1024  # 2048 bytes in UTF-8
+    s.schedule(wide, 100)
+    assert s.get(wide) is not None
+    with pytest.raises(InvalidArgument):
+        s.schedule(wide + "é", 100)
+
+
+def test_empty_worker_id_and_none_are_accepted(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h", 100, TTL) is not None
+    assert s.mark_dispatched("r1", "h", "").recorded
+    job = s.get("r1")
+    assert job is not None and job.worker_id == ""
+
+
+@pytest.mark.parametrize("method", ["lease", "renew"])
+def test_lease_overflow_is_22003_and_changes_nothing(jobs: JobStoreUnderTest, method: str) -> None:
+    _populated(jobs)
+    before = jobs.state()
+    big = 2**63 - 1
+    with pytest.raises(InvalidArgument) as raised:
+        if method == "lease":
+            jobs.store.lease("h", big, TTL)
+        else:
+            jobs.store.renew("live", "h", big - 10, TTL)
+    assert raised.value.sqlstate == "22003"
+    assert jobs.state() == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.schedule("r", 2**63),
+        lambda s: s.schedule("r", True),
+        lambda s: s.schedule(7, 1),
+        lambda s: s.schedule("r\x00", 1),
+        lambda s: s.lease("h", 1, 2**63),
+        lambda s: s.lease("h", "1", 1),
+        lambda s: s.renew("live", "h", 1.5, 1),
+        lambda s: s.mark_dispatched("live", "h", "w\x00"),
+        lambda s: s.mark_dispatched("live", "h", 7),
+        lambda s: s.release("live", "h", -(2**63) - 1),
+        lambda s: s.cancel(b"live"),
+    ],
+)
+def test_python_level_bad_values_raise_invalid_argument(jobs: JobStoreUnderTest, call: Any) -> None:
+    _populated(jobs)
+    before = jobs.state()
+    with pytest.raises(InvalidArgument):
+        call(jobs.store)
+    assert jobs.state() == before
