@@ -6,11 +6,25 @@
     pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV]   (default: base)
     pgstore current   [--dsn DSN] [--schema NAME]
     pgstore schedules [--dsn DSN] [--schema NAME]
+    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
 
 The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
 the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
 ``PGSTORE_SCHEMA``, else ``pgstore``. Failures print one line on stderr,
-``pgstore: error: ...``, and exit with status 1.
+``pgstore: error: ...``, and exit with status 1; a schema that is missing or
+not at the migration head is such a failure, saying what to run.
+
+``schedules`` and ``jobs`` print a table; instants are epoch ms with their
+ISO-8601 UTC form, and leases and due times are judged against the database
+clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
+``dispatch_at`` then ``run_id``, at most ``--limit`` of them (default 100,
+``0``: all; a cut list ends with ``... N more``). ``--dispatched``: only
+dispatched jobs. ``--due``: only the jobs a lease
+could take now or once their lease expires: due (``dispatch_at <= now``), not
+dispatched, not cancelled, leased or not (the lease column shows who holds
+one). There is no SQL function listing every job, and ``job_list_dispatched()``
+returns them all, so this operator view reads the ``<schema>.jobs`` table with
+one ``SELECT`` (``read_jobs``) that sends only the rows it prints.
 """
 
 from __future__ import annotations
@@ -24,18 +38,32 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from ._schema import DEFAULT_SCHEMA
 from .errors import PgStoreError
-from .models import ScheduleRecord
+from .models import Job, ScheduleRecord
 
-__all__ = ["format_instant", "lease_state", "main", "schedules_table"]
+__all__ = [
+    "DEFAULT_JOB_LIMIT",
+    "due_state",
+    "format_duration",
+    "format_instant",
+    "job_lease_state",
+    "jobs_table",
+    "lease_state",
+    "main",
+    "read_jobs",
+    "schedules_table",
+]
 
 PROG = "pgstore"
 DSN_VARIABLE = "PGSTORE_DSN"
 SCHEMA_VARIABLE = "PGSTORE_SCHEMA"
 NOT_MIGRATED = "none (not migrated)"
 NULL = "-"
+#: How many jobs ``pgstore jobs`` shows unless ``--limit`` says otherwise.
+DEFAULT_JOB_LIMIT = 100
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -105,14 +133,130 @@ def schedules_table(records: Sequence[ScheduleRecord], now_ms: int) -> str:
         )
         for r in records
     ]
-    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(COLUMNS)]
+    return _aligned(COLUMNS, rows)
+
+
+def _aligned(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """An aligned text table: header, rule, one line per row; columns two spaces apart."""
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
 
-    out = [line(COLUMNS), line(["-" * w for w in widths])]
+    out = [line(columns), line(["-" * w for w in widths])]
     out.extend(line(row) for row in rows)
     return "\n".join(out)
+
+
+# --- jobs ---------------------------------------------------------------------
+
+
+def format_duration(ms: int) -> str:
+    """A non-negative span of ms, for people: ``250ms``, ``42s``, ``5m03s``, ``2h05m``, ``3d04h``.
+
+    Whole units are truncated (callers round first when they must not under-state).
+    """
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _until(ms: int) -> str:
+    # A span still to come, rounded up to the second: "in 0s" would read as "now".
+    return format_duration(math.ceil(ms / 1000) * 1000)
+
+
+def due_state(job: Job, now_ms: int) -> str:
+    """``dispatch_at`` against ``now_ms``: ``in 5m00s``; ``overdue 12s`` or ``due now`` for a
+    job still waiting (not dispatched, not cancelled); ``12s ago`` for the others."""
+    if job.dispatch_at > now_ms:
+        return f"in {_until(job.dispatch_at - now_ms)}"
+    pending = not job.dispatched and not job.cancelled
+    if job.dispatch_at == now_ms:
+        return "due now" if pending else "0ms ago"
+    late = format_duration(now_ms - job.dispatch_at)
+    return f"overdue {late}" if pending else f"{late} ago"
+
+
+def job_lease_state(job: Job, now_ms: int) -> str:
+    """``-`` (no lease), ``live: HOLDER until ISO (in 30s)`` or ``expired: HOLDER until ISO
+    (12s ago)``, at ``now_ms``. A lease is live while ``lease_until > now`` (SPEC §5)."""
+    if job.lease_holder is None and job.lease_until is None:
+        return NULL
+    holder = _text(job.lease_holder) if job.lease_holder is not None else "nobody"
+    if job.lease_until is None:
+        return f"{holder} (no expiry)"
+    until = iso_utc(job.lease_until)
+    if job.lease_until > now_ms:
+        return f"live: {holder} until {until} (in {_until(job.lease_until - now_ms)})"
+    return f"expired: {holder} until {until} ({format_duration(now_ms - job.lease_until)} ago)"
+
+
+JOB_COLUMNS = ("run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id")
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:
+    """The jobs as an aligned text table (header, rule, one line per job), in the given order."""
+    rows = [
+        (
+            _text(j.run_id),
+            format_instant(j.dispatch_at),
+            due_state(j, now_ms),
+            job_lease_state(j, now_ms),
+            _yes_no(j.dispatched),
+            _yes_no(j.cancelled),
+            _text(j.worker_id) if j.worker_id is not None else NULL,
+        )
+        for j in jobs
+    ]
+    return _aligned(JOB_COLUMNS, rows)
+
+
+def read_jobs(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    *,
+    due_at: int | None,
+    limit: int | None,
+    dispatched: bool = False,
+) -> tuple[list[Job], int]:
+    """Jobs of ``schema``.jobs by ``dispatch_at``, ``run_id``: the first ``limit`` (None: all),
+    and how many there are in all. ``due_at`` given: only jobs due by then (``dispatch_at <=
+    due_at``), not dispatched and not cancelled, leased or not. ``dispatched``: only
+    dispatched jobs.
+
+    The SQL API has no function listing every job, so this operator view reads the table,
+    with one ``SELECT`` (one snapshot for the rows and the count).
+    """
+    table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+    if dispatched:
+        where = sql.SQL("dispatched")
+    elif due_at is not None:
+        where = sql.SQL("dispatch_at <= %(due_at)s AND NOT dispatched AND NOT cancelled")
+    else:
+        where = sql.SQL("TRUE")
+    query = sql.SQL(
+        "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched,"
+        " cancelled, (SELECT count(*) FROM {table} WHERE {where})"
+        " FROM {table} WHERE {where} ORDER BY dispatch_at, run_id LIMIT %(limit)s"
+    ).format(table=table, where=where)
+    rows = conn.execute(query, {"due_at": due_at, "limit": limit}).fetchall()
+    total = int(rows[0][7]) if rows else 0
+    return [Job(*row[:7]) for row in rows], total
 
 
 # --- commands ---------------------------------------------------------------
@@ -169,7 +313,47 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from .jobs import PgJobStore
+
+    limit: int | None = args.limit or None  # 0: no limit
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgJobStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            now = store.now_ms()
+            jobs, total = read_jobs(
+                conn,
+                args.schema,
+                due_at=now if args.due else None,
+                limit=limit,
+                dispatched=args.dispatched,
+            )
+        finally:
+            store.close()
+    print(f"schema {args.schema!r}, database clock {format_instant(now)}")
+    if not jobs:
+        which = "dispatched " if args.dispatched else "due " if args.due else ""
+        print(f"no {which}jobs")
+        return 0
+    print(jobs_table(jobs, now))
+    if total > len(jobs):
+        print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
+    return 0
+
+
 # --- parsing and errors -----------------------------------------------------
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a count of jobs (0 or more): {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,6 +398,41 @@ def build_parser() -> argparse.ArgumentParser:
         "schedules", parents=[common], help="list the schedule records and their leases"
     )
     schedules.set_defaults(run=_cmd_schedules)
+
+    jobs = commands.add_parser(
+        "jobs",
+        parents=[common],
+        help="list the jobs and their leases, by dispatch_at",
+        description=(
+            "List the jobs of the schema's job store, ordered by dispatch_at then run_id: "
+            "run_id, dispatch_at (epoch ms and ISO UTC), how overdue or how far ahead, "
+            "the lease (holder, until, live or expired), dispatched, cancelled, worker_id. "
+            "Times are judged against the database clock. Without a filter: every job."
+        ),
+    )
+    only = jobs.add_mutually_exclusive_group()
+    only.add_argument(
+        "--dispatched", action="store_true", help="only dispatched jobs"
+    )
+    only.add_argument(
+        "--due",
+        action="store_true",
+        help=(
+            "only jobs waiting to be leased or sent: due (dispatch_at <= now), "
+            "not dispatched, not cancelled, whether leased or not"
+        ),
+    )
+    jobs.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_JOB_LIMIT,
+        metavar="N",
+        help=(
+            f"show at most N jobs, the earliest first (default: {DEFAULT_JOB_LIMIT}; 0: all); "
+            "a cut list ends with '... M more'"
+        ),
+    )
+    jobs.set_defaults(run=_cmd_jobs)
     return parser
 
 

@@ -11,9 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from pgstore import CompletePatch, PgScheduleStore
-from pgstore.cli import format_instant, lease_state, main
-from pgstore.models import ScheduleRecord
+from pgstore import CompletePatch, PgJobStore, PgScheduleStore
+from pgstore.cli import (
+    due_state,
+    format_duration,
+    format_instant,
+    job_lease_state,
+    jobs_table,
+    lease_state,
+    main,
+)
+from pgstore.models import Job, ScheduleRecord
 
 HEAD = "pgstore_0002"
 # Nothing listens on port 1: the connection is refused at once.
@@ -275,3 +283,232 @@ def test_console_script_and_python_m(
     status, out, err = _run([*script, "downgrade", *where])
     assert (status, err) == (0, ""), err
     assert _run([*script, "current", *where]) == (0, "none (not migrated)\n", "")
+
+
+# --- pgstore jobs -----------------------------------------------------------
+
+JOB_HEADER = ["run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id"]
+
+
+def _job(**changes: object) -> Job:
+    fields: dict[str, object] = {
+        "run_id": "r",
+        "dispatch_at": 0,
+        "lease_holder": None,
+        "lease_until": None,
+        "worker_id": None,
+        "dispatched": False,
+        "cancelled": False,
+    }
+    fields.update(changes)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+def _job_rows(out: str) -> dict[str, dict[str, str]]:
+    """``pgstore jobs`` output -> {run_id: {column: cell}}, in the printed order.
+
+    Columns are two or more spaces apart and no cell holds two spaces in a row.
+    """
+    lines = out.splitlines()
+    assert re.fullmatch(rf"schema '[^']+', database clock \d+ \({ISO}\)", lines[0])
+    assert re.split(r" {2,}", lines[1]) == JOB_HEADER
+    assert set(lines[2]) <= {"-", " "}
+    rows: dict[str, dict[str, str]] = {}
+    for line in lines[3:]:
+        if line.startswith("... "):
+            break
+        cells = re.split(r" {2,}", line)
+        assert len(cells) == len(JOB_HEADER), line
+        rows[cells[0]] = dict(zip(JOB_HEADER, cells, strict=True))
+    return rows
+
+
+def test_job_cells_against_the_given_clock() -> None:
+    now = 1_700_000_000_000
+    assert [format_duration(ms) for ms in (0, 999, 1_000, 59_999, 60_000, 3_599_999)] == [
+        "0ms",
+        "999ms",
+        "1s",
+        "59s",
+        "1m00s",
+        "59m59s",
+    ]
+    assert format_duration(3_600_000) == "1h00m"
+    assert format_duration(90_061_000) == "1d01h"
+
+    assert due_state(_job(dispatch_at=now + 1), now) == "in 1s"  # rounded up, never "in 0s"
+    assert due_state(_job(dispatch_at=now + 300_000), now) == "in 5m00s"
+    assert due_state(_job(dispatch_at=now), now) == "due now"
+    assert due_state(_job(dispatch_at=now - 12_500), now) == "overdue 12s"
+    assert due_state(_job(dispatch_at=now - 12_500, dispatched=True), now) == "12s ago"
+    assert due_state(_job(dispatch_at=now - 12_500, cancelled=True), now) == "12s ago"
+
+    assert job_lease_state(_job(), now) == "-"
+    live = _job(lease_holder="h1", lease_until=now + 29_001)
+    assert job_lease_state(live, now) == "live: h1 until 2023-11-14T22:13:49.001Z (in 30s)"
+    # lease_until == now is expired: job_lease takes it at now (SPEC §5).
+    at_now = _job(lease_holder="h1", lease_until=now)
+    assert job_lease_state(at_now, now) == "expired: h1 until 2023-11-14T22:13:20.000Z (0ms ago)"
+    old = _job(lease_holder="h\n1", lease_until=now - 61_000)
+    assert (
+        job_lease_state(old, now) == "expired: 'h\\n1' until 2023-11-14T22:12:19.000Z (1m01s ago)"
+    )
+
+    table = jobs_table([_job(run_id="x", dispatched=True, worker_id="w9")], now).splitlines()
+    assert re.split(r" {2,}", table[0]) == JOB_HEADER
+    assert re.split(r" {2,}", table[2]) == [
+        "x",
+        "0 (1970-01-01T00:00:00.000Z)",
+        "19675d22h ago",
+        "-",
+        "yes",
+        "no",
+        "w9",
+    ]
+
+
+def test_jobs_usage(cli: Run) -> None:
+    status, out, _ = cli("--help")
+    assert (status, "jobs" in out) == (0, True)
+    status, out, _ = cli("jobs", "--help")
+    assert status == 0
+    for option in ("--dispatched", "--due", "--limit", "default: 100", "--dsn", "--schema"):
+        assert option in out
+    # Usage errors come before any connection (BAD_DSN would be exit 1).
+    assert cli("jobs", "--dsn", BAD_DSN, "--due", "--dispatched")[0] == 2
+    assert cli("jobs", "--dsn", BAD_DSN, "--limit", "-1")[0] == 2
+    assert cli("jobs", "--dsn", BAD_DSN, "--limit", "many")[0] == 2
+
+
+def test_jobs_lists_filters_and_limits(cli: Run, pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    where = ["--dsn", dsn, "--schema", "cli_j"]
+    assert cli("migrate", *where)[0] == 0
+    status, out, err = cli("jobs", *where)
+    assert (status, err, out.splitlines()[1:]) == (0, "", ["no jobs"])
+
+    with PgJobStore(dsn, schema="cli_j") as store:
+        now = store.now_ms()
+        # Leased jobs first, while nothing else is due: job_lease takes the earliest.
+        store.schedule("dispatched", now - 300_000)
+        lease = store.lease("holder-2", None, 60_000)
+        assert lease is not None and lease.run_id == "dispatched"
+        assert store.mark_dispatched("dispatched", "holder-2", "worker-7").recorded
+        store.schedule("sent-early", now - 400_000)
+        lease = store.lease("holder-4", None, 60_000)
+        assert lease is not None and lease.run_id == "sent-early"
+        assert store.mark_dispatched("sent-early", "holder-4", None).recorded
+        store.schedule("leased", now - 120_000)
+        lease = store.lease("holder-1", None, 600_000)
+        assert lease is not None and lease.run_id == "leased"
+        store.schedule("expired", now - 10_000)
+        lease = store.lease("holder-3", now - 5_000, 1_000)  # expired at now - 4 s
+        assert lease is not None and lease.run_id == "expired"
+        store.schedule("cancelled", now - 90_000)
+        assert str(store.cancel("cancelled")) == "cancelled"
+        store.schedule("due", now - 60_000)
+        store.schedule("future", now + 3_600_000)
+
+    # Every job, by dispatch_at (not by run_id).
+    status, out, err = cli("jobs", *where)
+    assert (status, err) == (0, ""), err
+    rows = _job_rows(out)
+    by_time = ["sent-early", "dispatched", "leased", "cancelled", "due", "expired", "future"]
+    assert list(rows) == by_time
+
+    leased = rows["leased"]
+    assert leased["dispatch_at"] == format_instant(now - 120_000)
+    assert re.fullmatch(r"overdue 2m0\ds", leased["due"])
+    assert re.fullmatch(rf"live: holder-1 until {ISO} \(in (9m5\ds|10m00s)\)", leased["lease"])
+    assert (leased["dispatched"], leased["cancelled"], leased["worker_id"]) == ("no", "no", "-")
+
+    dispatched = rows["dispatched"]
+    assert dispatched["dispatch_at"] == format_instant(now - 300_000)
+    assert re.fullmatch(r"5m0\ds ago", dispatched["due"])  # dispatched: not "overdue"
+    # mark_dispatched leaves the lease as it was.
+    assert re.fullmatch(rf"live: holder-2 until {ISO} \(in (5\ds|1m00s)\)", dispatched["lease"])
+    assert (dispatched["dispatched"], dispatched["cancelled"]) == ("yes", "no")
+    assert dispatched["worker_id"] == "worker-7"
+    assert rows["sent-early"]["worker_id"] == "-"
+
+    assert re.fullmatch(rf"expired: holder-3 until {ISO} \(\d+s ago\)", rows["expired"]["lease"])
+    assert re.fullmatch(r"overdue \d+s", rows["expired"]["due"])
+    assert rows["cancelled"]["lease"] == "-"
+    assert (rows["cancelled"]["dispatched"], rows["cancelled"]["cancelled"]) == ("no", "yes")
+    assert re.fullmatch(r"1m3\ds ago", rows["cancelled"]["due"])
+    assert rows["due"]["lease"] == "-"
+    assert re.fullmatch(r"overdue 1m0\ds", rows["due"]["due"])
+    assert re.fullmatch(r"in 59m\d\ds|in 1h00m", rows["future"]["due"])
+    assert rows["future"]["dispatch_at"] == format_instant(now + 3_600_000)
+
+    # --dispatched: job_list_dispatched's rows, shown by dispatch_at too.
+    status, out, err = cli("jobs", *where, "--dispatched")
+    assert (status, err) == (0, "")
+    shown = _job_rows(out)
+    assert list(shown) == ["sent-early", "dispatched"]
+    # The same cells as the full list (the relative times may have moved a second).
+    for column in ("dispatch_at", "dispatched", "cancelled", "worker_id"):
+        assert shown["dispatched"][column] == rows["dispatched"][column]
+    assert shown["dispatched"]["lease"].startswith("live: holder-2 until ")
+
+    # --due: what a lease could take now or once its lease ends, leased or not.
+    status, out, err = cli("jobs", *where, "--due")
+    assert (status, err) == (0, "")
+    shown = _job_rows(out)
+    assert list(shown) == ["leased", "due", "expired"]
+    assert shown["leased"]["lease"].startswith("live: holder-1 until ")
+    assert out.splitlines()[-1].startswith("expired ")  # no "... more" line
+
+    # --limit cuts the list, earliest first, and says how many are left out.
+    status, out, err = cli("jobs", *where, "--limit", "2")
+    assert (status, err) == (0, "")
+    assert list(_job_rows(out)) == by_time[:2]
+    assert out.splitlines()[-1].startswith("... 5 more")
+    status, out, _ = cli("jobs", *where, "--due", "--limit", "1")
+    assert list(_job_rows(out)) == ["leased"]
+    assert out.splitlines()[-1].startswith("... 2 more")
+    status, out, _ = cli("jobs", *where, "--dispatched", "--limit", "1")
+    assert list(_job_rows(out)) == ["sent-early"]
+    assert out.splitlines()[-1].startswith("... 1 more")
+    status, out, _ = cli("jobs", *where, "--limit", "7")
+    assert list(_job_rows(out)) == by_time
+    assert not out.splitlines()[-1].startswith("...")
+    assert list(_job_rows(cli("jobs", *where, "--limit", "0")[1])) == by_time
+
+    # Nothing matches a filter: say so.
+    with PgJobStore(dsn, schema="cli_j") as store:
+        for run_id in ("leased", "due", "expired"):
+            store.remove(run_id)
+    assert cli("jobs", *where, "--due")[1].splitlines()[1:] == ["no due jobs"]
+    with PgJobStore(dsn, schema="cli_j") as store:
+        for run_id in ("sent-early", "dispatched"):
+            store.remove(run_id)
+    assert cli("jobs", *where, "--dispatched")[1].splitlines()[1:] == ["no dispatched jobs"]
+
+    # The environment supplies the DSN and schema, as for the other commands.
+    env_status, env_out, _ = _run([str(_script()), "jobs"], PGSTORE_DSN=dsn, PGSTORE_SCHEMA="cli_j")
+    assert env_status == 0
+    assert list(_job_rows(env_out)) == ["cancelled", "future"]
+
+
+def test_jobs_on_a_missing_or_old_schema_says_what_to_run(
+    cli: Run, pgstore_fresh_database: Callable[[], str]
+) -> None:
+    dsn = pgstore_fresh_database()
+    for flags in ([], ["--dispatched"], ["--due"]):
+        line = _assert_one_error_line(
+            *cli("jobs", "--dsn", dsn, "--schema", "nothing_here", *flags)
+        )
+        assert "pgstore migrate --dsn DSN --schema nothing_here" in line
+
+    assert cli("migrate", "--dsn", dsn, "--schema", "old_j", "--revision", "pgstore_0001")[0] == 0
+    line = _assert_one_error_line(*cli("jobs", "--dsn", dsn, "--schema", "old_j"))
+    assert "is at revision pgstore_0001" in line
+    assert "pgstore migrate --dsn DSN --schema old_j" in line
+
+
+def test_jobs_connection_failures_are_one_line(cli: Run) -> None:
+    line = _assert_one_error_line(*cli("jobs", "--dsn", BAD_DSN))
+    assert "127.0.0.1" in line
+    _assert_one_error_line(*cli("jobs", "--dsn", "not a conninfo", "--due"))
+    _assert_one_error_line(*_run([str(_script()), "jobs", "--dsn", BAD_DSN, "--dispatched"]))
