@@ -441,7 +441,7 @@ def test_jobs_lists_filters_and_limits(cli: Run, pgstore_fresh_database: Callabl
     assert re.fullmatch(r"in 59m\d\ds|in 1h00m", rows["future"]["due"])
     assert rows["future"]["dispatch_at"] == format_instant(now + 3_600_000)
 
-    # --dispatched: job_list_dispatched's rows, shown by dispatch_at too.
+    # --dispatched: only dispatched jobs, by dispatch_at like the others.
     status, out, err = cli("jobs", *where, "--dispatched")
     assert (status, err) == (0, "")
     shown = _job_rows(out)
