@@ -192,3 +192,20 @@ def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, 
     # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (SPEC §5);
     # the schedule functions lock nothing but the row they update.
     assert code.count("FOR UPDATE") == (1 if fn == "job_lease" else 0), fn
+
+
+def test_job_schedule_notifies_job_channel_at_commit(
+    pgstore_database: str, pgstore_schema: str, db: psycopg.Connection[Any]
+) -> None:
+    channel = db.execute("SELECT job_channel()").fetchone()
+    assert channel == (f"{pgstore_schema}.jobs",)
+    with psycopg.connect(pgstore_database, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
+        with db.transaction():
+            db.execute("SELECT job_schedule('r', 1234)")
+            assert list(listener.notifies(timeout=0.2)) == []  # not before commit
+        notes = list(listener.notifies(timeout=2.0, stop_after=1))
+        assert [(n.channel, n.payload) for n in notes] == [(channel[0], "1234")]
+        db.execute("SELECT job_lease('h', 2000, 1000)")
+        db.execute("SELECT job_mark_dispatched('r', 'h', 'w')")
+        assert list(listener.notifies(timeout=0.3)) == []  # the lease path never notifies

@@ -8,6 +8,7 @@ DROP FUNCTION job_mark_dispatched(text, text, text);
 DROP FUNCTION job_renew(text, text, bigint, bigint);
 DROP FUNCTION job_lease(text, bigint, bigint);
 DROP FUNCTION job_schedule(text, bigint);
+DROP FUNCTION job_channel();
 DROP TABLE jobs;
 
 CREATE OR REPLACE FUNCTION schema_revision() RETURNS text

@@ -51,6 +51,20 @@ COMMENT ON INDEX jobs_pending_by_dispatch_at IS
 -- whatever the state of the row. Times are epoch ms; a NULL p_now means
 -- now_ms(), the database clock.
 
+CREATE FUNCTION job_channel() RETURNS text
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $$
+    SELECT CASE WHEN octet_length(current_schema()) <= 58
+                THEN current_schema() || '.jobs'
+                ELSE md5(current_schema()) || '.jobs' END
+$$;
+
+COMMENT ON FUNCTION job_channel() IS
+'The NOTIFY channel job_schedule notifies: "<schema>.jobs" (an md5 of the schema '
+'name when it is too long for a channel). Idle dispatchers LISTEN on it (quoted: '
+'LISTEN "pgstore.jobs") to lease a job scheduled due-now without polling faster.';
+
 CREATE FUNCTION job_schedule(p_run_id text, p_dispatch_at bigint) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -63,12 +77,17 @@ BEGIN
     VALUES (p_run_id, p_dispatch_at)
     ON CONFLICT (run_id) DO UPDATE
         SET dispatch_at = excluded.dispatch_at;
+
+    -- Delivered at commit. Only scheduling notifies: a NOTIFY on the lease,
+    -- renew or dispatch path would serialise every commit in the database.
+    PERFORM pg_notify(job_channel(), p_dispatch_at::text);
 END
 $$;
 
 COMMENT ON FUNCTION job_schedule(text, bigint) IS
 'Adds the job p_run_id, due at p_dispatch_at. For an existing job moves only '
-'dispatch_at: lease, worker_id, dispatched and cancelled are preserved.';
+'dispatch_at: lease, worker_id, dispatched and cancelled are preserved. At commit, '
+'notifies job_channel() with dispatch_at as the payload.';
 
 CREATE FUNCTION job_lease(p_holder text, p_now bigint, p_ttl_ms bigint) RETURNS SETOF jobs
 LANGUAGE plpgsql
