@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._resources import versions_dir
 from ._schema import DEFAULT_SCHEMA, HEAD_REVISION
+from .dispatcher import Backoff, Dispatcher
 from .errors import InvalidArgument, PgStoreError, SchemaNotReady
 from .jobs import AsyncPgJobStore, PgJobStore
 from .memory_jobs import MemoryJobStore
@@ -22,6 +23,7 @@ from .models import (
     ScheduleKind,
     ScheduleRecord,
 )
+from .scheduler import RunContext, Scheduler
 from .schedules import AsyncPgScheduleStore, PgScheduleStore
 
 __all__ = [
@@ -29,9 +31,11 @@ __all__ = [
     "HEAD_REVISION",
     "AsyncPgJobStore",
     "AsyncPgScheduleStore",
+    "Backoff",
     "CancelResult",
     "ClaimResult",
     "CompletePatch",
+    "Dispatcher",
     "InvalidArgument",
     "Job",
     "LastStatus",
@@ -41,8 +45,10 @@ __all__ = [
     "PgJobStore",
     "PgScheduleStore",
     "PgStoreError",
+    "RunContext",
     "ScheduleKind",
     "ScheduleRecord",
+    "Scheduler",
     "SchemaNotReady",
     "migrate",
     "versions_dir",

@@ -126,7 +126,10 @@ def test_installed_package_is_self_contained(installed: Installed) -> None:
     assert sorted(p.name for p in sql_dir.glob("*.sql")) == sorted(
         p.name for p in (ROOT / "sql").glob("*.sql")
     )
-    assert [p.name for p in (migrations_dir / "versions").glob("*.py")] == ["0001_schedules.py"]
+    shipped = sorted(p.name for p in (migrations_dir / "versions").iterdir() if p.is_file())
+    assert shipped == sorted(
+        p.name for p in (ROOT / "migrations" / "versions").iterdir() if p.suffix in (".py", ".sql")
+    )
     assert (migrations_dir / "env.py").is_file()
 
 

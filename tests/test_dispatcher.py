@@ -1,0 +1,255 @@
+"""The Dispatcher over the memory job store, with a clock moved by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from pgstore import CancelResult, InvalidArgument, Job, MemoryJobStore
+from pgstore.dispatcher import Backoff, Dispatcher
+from tests.clock import FakeClock
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+class Provider:
+    """A fake bot provider: records what was sent and recalled."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.recalled: list[tuple[str, str | None]] = []
+        self.lock = threading.Lock()
+
+    def dispatch(self, job: Job) -> str:
+        with self.lock:
+            worker = f"bot-{len(self.sent) + 1}"
+            self.sent.append((job.run_id, job.lease_holder or "?"))
+            return worker
+
+    def recall(self, job: Job, worker_id: str | None) -> None:
+        with self.lock:
+            self.recalled.append((job.run_id, worker_id))
+
+
+def _dispatcher(store: MemoryJobStore, clock: FakeClock, provider: Provider, **kw: Any) -> Dispatcher:
+    kw.setdefault("holder", "d1")
+    kw.setdefault("ttl_ms", 30_000)
+    kw.setdefault("dispatch", provider.dispatch)
+    kw.setdefault("recall", provider.recall)
+    return Dispatcher(store, clock=clock, **kw)
+
+
+async def _round(d: Dispatcher) -> int:
+    leased = await d.tick()
+    await d.wait_idle()
+    return leased
+
+
+def test_due_jobs_are_dispatched_once_in_due_order() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    for run_id, at in [("late", 900), ("early", 100), ("future", 5_000)]:
+        store.schedule(run_id, at)
+    d = _dispatcher(store, clock, provider, concurrency=1)
+
+    async def main() -> list[int]:
+        await d.start()
+        return [await _round(d) for _ in range(3)]
+
+    assert run(main()) == [1, 1, 0]
+    assert provider.sent == [("early", "d1"), ("late", "d1")]
+    assert provider.recalled == []
+    assert [(j.run_id, j.worker_id) for j in store.list_dispatched()] == [
+        ("early", "bot-1"), ("late", "bot-2")
+    ]
+    future = store.get("future")
+    assert future is not None and not future.dispatched and future.lease_holder is None
+
+
+def test_a_cancel_during_dispatch_recalls_the_bot() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("meeting", 500)
+
+    def dispatch(job: Job) -> str:
+        assert store.cancel(job.run_id) == CancelResult.CANCELLED  # the user cancels meanwhile
+        return "bot-7"
+
+    d = _dispatcher(store, clock, provider, dispatch=dispatch)
+
+    async def main() -> None:
+        await d.start()
+        await _round(d)
+
+    run(main())
+    assert provider.recalled == [("meeting", "bot-7")]
+    job = store.get("meeting")
+    assert job is not None and job.dispatched and job.cancelled and job.worker_id == "bot-7"
+
+
+def test_a_cancelled_job_is_never_dispatched() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("meeting", 500)
+    assert store.cancel("meeting") == CancelResult.CANCELLED
+    d = _dispatcher(store, clock, provider)
+
+    async def main() -> int:
+        await d.start()
+        return await _round(d)
+
+    assert run(main()) == 0
+    assert provider.sent == []
+
+
+def test_lost_lease_means_not_recorded_and_the_bot_is_recalled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("meeting", 500)
+    ttl = 900
+    gate = threading.Event()
+
+    def slow_dispatch(job: Job) -> str:
+        gate.wait(10)
+        return "bot-slow"
+
+    slow = _dispatcher(store, clock, provider, holder="slow", ttl_ms=ttl, dispatch=slow_dispatch)
+    fast = _dispatcher(store, clock, provider, holder="fast", ttl_ms=ttl)
+
+    async def main() -> None:
+        await slow.start()
+        await fast.start()
+        assert await slow.tick() == 1
+        clock.advance(ttl)  # the slow holder's lease expires while its provider works
+        assert await _round(fast) == 1  # another holder takes it and dispatches
+        gate.set()
+        await slow.wait_idle()
+
+    with caplog.at_level(logging.INFO, logger="pgstore.dispatcher"):
+        run(main())
+    assert provider.recalled == [("meeting", "bot-slow")]
+    job = store.get("meeting")
+    assert job is not None and job.lease_holder == "fast" and job.worker_id == "bot-1"
+    assert "lease taken by another holder; recalling bot-slow" in caplog.text
+
+
+def test_a_failed_dispatch_is_released_with_backoff() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(10_000), Provider()
+    store.schedule("meeting", 0)
+    failures = [RuntimeError("provider 503"), RuntimeError("provider 503")]
+
+    def dispatch(job: Job) -> str:
+        if failures:
+            raise failures.pop()
+        return "bot-1"
+
+    backoff = Backoff(base_ms=1_000, factor=3, max_ms=60_000, jitter=0.5, random=lambda: 0.5)
+    d = _dispatcher(store, clock, provider, dispatch=dispatch, backoff=backoff)
+
+    async def main() -> list[Any]:
+        await d.start()
+        seen = []
+        await _round(d)
+        seen.append(store.get("meeting"))
+        clock.set(10_999)
+        seen.append(await _round(d))
+        clock.set(11_000)
+        await _round(d)
+        seen.append(store.get("meeting"))
+        clock.set(14_000)
+        await _round(d)
+        seen.append(store.get("meeting"))
+        return seen
+
+    first, early, second, done = run(main())
+    assert (first.dispatch_at, first.lease_holder, first.dispatched) == (11_000, None, False)
+    assert early == 0
+    assert (second.dispatch_at, second.lease_holder) == (14_000, None)  # 1_000 * 3
+    assert done.dispatched and done.worker_id == "bot-1"
+
+
+def test_backoff_grows_caps_and_jitters() -> None:
+    low = Backoff(base_ms=100, factor=2, max_ms=1_000, jitter=0.2, random=lambda: 0.0)
+    high = Backoff(base_ms=100, factor=2, max_ms=1_000, jitter=0.2, random=lambda: 1.0)
+    assert [low.delay_ms(n) for n in range(1, 6)] == [80, 160, 320, 640, 800]
+    assert [high.delay_ms(n) for n in range(1, 6)] == [120, 240, 480, 960, 1_200]
+    assert Backoff(jitter=0).delay_ms(10_000) == 300_000
+    with pytest.raises(InvalidArgument):
+        Backoff(jitter=1.5)
+    with pytest.raises(InvalidArgument):
+        Backoff(base_ms=0)
+
+
+def test_renews_while_dispatch_runs() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("meeting", 0)
+    ttl = 600  # renewed every 0.2 s of real time
+    seen: list[int | None] = []
+
+    def dispatch(job: Job) -> str:
+        clock.advance(400)
+        threading.Event().wait(0.5)  # two renews happen meanwhile
+        current = store.get(job.run_id)
+        seen.append(None if current is None else current.lease_until)
+        return "bot"
+
+    d = _dispatcher(store, clock, provider, ttl_ms=ttl, dispatch=dispatch)
+
+    async def main() -> None:
+        await d.start()
+        await _round(d)
+
+    run(main())
+    assert seen == [1_400 + ttl]  # renewed from the advanced clock, not the lease time
+    assert provider.recalled == []
+
+
+def test_async_dispatch_and_recall() -> None:
+    store, clock = MemoryJobStore(), FakeClock(1_000)
+    store.schedule("m1", 0)
+    recalled: list[str | None] = []
+
+    async def dispatch(job: Job) -> str:
+        await asyncio.sleep(0)
+        store.cancel(job.run_id)
+        return "bot-async"
+
+    async def recall(job: Job, worker_id: str | None) -> None:
+        recalled.append(worker_id)
+
+    d = Dispatcher(store, dispatch, recall, holder="d", clock=clock)
+
+    async def main() -> None:
+        await d.start()
+        await _round(d)
+
+    run(main())
+    assert recalled == ["bot-async"]
+
+
+def test_stop_abandons_a_dispatch_past_the_grace_period() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("stuck", 0)
+
+    async def dispatch(job: Job) -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    d = _dispatcher(store, clock, provider, dispatch=dispatch, grace_period=0.1,
+                    poll_interval=0.05)
+
+    async def main() -> None:
+        runner = asyncio.ensure_future(d.run())
+        while d.running < 1:
+            await asyncio.sleep(0.01)
+        d.stop()
+        await asyncio.wait_for(runner, 5)
+
+    run(main())
+    job = store.get("stuck")
+    assert job is not None and not job.dispatched and job.lease_holder == "d1"  # left to expire
+    assert d.abandoned
