@@ -17,9 +17,12 @@ venv: $(BIN)/.installed
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## ruff, mypy --strict, and plpgsql_check on every PL/pgSQL function (needs a server with
+## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).
 lint: venv
-	$(BIN)/ruff check pgstore tests migrations
+	$(BIN)/ruff check pgstore tests migrations tools
 	$(BIN)/mypy
+	$(BIN)/python tools/plpgsql_check.py
 
 ## The main job: migrate, then claim, renew and complete on the embedded default.
 demo: venv

@@ -55,8 +55,13 @@ __all__ = [
 ]
 
 
-def migrate(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
+def migrate(
+    conninfo: str = "",
+    schema: str = DEFAULT_SCHEMA,
+    revision: str = "head",
+    client_role: bool | str = True,
+) -> None:
     """Upgrade ``schema`` on ``conninfo`` to ``revision``; see ``schema_migrations.migrate``."""
     from .schema_migrations import migrate as upgrade
 
-    upgrade(conninfo, schema, revision)
+    upgrade(conninfo, schema, revision, client_role)

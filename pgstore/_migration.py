@@ -29,6 +29,49 @@ def target_schema() -> str:
     return check_schema(schema)
 
 
+_OFF = frozenset({"off", "false", "no", "0", "none", ""})
+_ON = frozenset({"on", "true", "yes", "1"})
+
+
+def client_role() -> str | None:
+    """The client role to grant (SPEC: least privilege): the caller's
+    ``pgstore_client_role`` attribute, else ``-x client_role=...``, else
+    ``pgstore_client_role`` in alembic.ini; ``on`` (the default) means
+    ``<schema>_client``, ``off`` means none, anything else is a role name."""
+    cfg = context.config
+    raw = cfg.attributes.get("pgstore_client_role")
+    if raw is None:
+        raw = context.get_x_argument(as_dictionary=True).get("client_role")
+    if raw is None:
+        raw = cfg.get_main_option("pgstore_client_role", "on")
+    if raw is True or raw is False:
+        raw = "on" if raw else "off"
+    value = str(raw).strip()
+    if value.lower() in _OFF:
+        return None
+    if value.lower() in _ON:
+        return _schema.client_role_name(target_schema())
+    return check_schema(value)
+
+
+def grant_client_role_beside(revision_file: str, template_name: str) -> None:
+    """Create the client role if needed and run the grants template beside ``revision_file``."""
+    role = client_role()
+    if role is None:
+        return
+    if context.is_offline_mode():
+        raise RuntimeError("the client role needs an online migration (or client_role=off)")
+    template = (Path(revision_file).parent / template_name).read_text()
+    _schema.grant_client_role(_driver_connection(), target_schema(), role, template)
+
+
+def revoke_client_role() -> None:
+    """Undo ``grant_client_role_beside`` (dropping the role if pgstore created it)."""
+    role = client_role()
+    if role is not None and not context.is_offline_mode():
+        _schema.revoke_client_role(_driver_connection(), target_schema(), role)
+
+
 def _driver_connection() -> psycopg.Connection[Any]:
     raw = op.get_bind().connection.driver_connection
     if not isinstance(raw, psycopg.Connection):

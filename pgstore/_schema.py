@@ -15,7 +15,7 @@ from psycopg import sql
 from .errors import InvalidArgument
 
 #: The migration revision that sql/ describes; sql/00_common.sql's schema_revision() returns it.
-HEAD_REVISION = "pgstore_0002"
+HEAD_REVISION = "pgstore_0003"
 
 #: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"
@@ -57,3 +57,55 @@ def drop_if_empty(conn: psycopg.Connection[Any], schema: str) -> bool:
         return False
     conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(schema)))
     return True
+
+
+#: Marks roles pgstore created, so a downgrade drops only its own.
+CLIENT_ROLE_COMMENT = "pgstore client role: may call the store's functions in schema {}"
+
+
+def client_role_name(schema: str) -> str:
+    """The default client role of ``schema``: ``<schema>_client``."""
+    role = f"{schema}_client"
+    if len(role.encode()) > 63:
+        raise InvalidArgument(
+            f"client role name {role!r} is longer than 63 bytes: name one explicitly"
+        )
+    return role
+
+
+def grant_client_role(
+    conn: psycopg.Connection[Any], schema: str, role: str, template: str
+) -> None:
+    """Create the NOLOGIN ``role`` if it is missing and run the grants ``template``
+    (``{role}`` and ``{schema}`` replaced by quoted identifiers) in ``schema``."""
+    check_schema(role)
+    exists = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if exists is None:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("COMMENT ON ROLE {} IS {}").format(
+                sql.Identifier(role), sql.Literal(CLIENT_ROLE_COMMENT.format(schema))
+            )
+        )
+    grants = sql.SQL(template).format(schema=sql.Identifier(schema), role=sql.Identifier(role))
+    load(conn, schema, grants.as_string(conn))
+
+
+def revoke_client_role(conn: psycopg.Connection[Any], schema: str, role: str) -> None:
+    """Take back what ``grant_client_role`` gave, and drop the role if pgstore created it
+    for ``schema`` and nothing else (another database's grants) still needs it."""
+    found = conn.execute(
+        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = %s", (role,)
+    ).fetchone()
+    if found is None:
+        return
+    ident, nsp = sql.Identifier(role), sql.Identifier(schema)
+    conn.execute(sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {} FROM {}").format(nsp, ident))
+    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, ident))
+    if found[0] != CLIENT_ROLE_COMMENT.format(schema):
+        return
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("DROP ROLE {}").format(ident))
+    except psycopg.errors.DependentObjectsStillExist:
+        pass  # still granted something elsewhere (another database): keep it

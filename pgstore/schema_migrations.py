@@ -36,27 +36,47 @@ __all__ = [
 VERSION_TABLE = "alembic_version"
 
 
-def alembic_config(conninfo: str = "", schema: str = DEFAULT_SCHEMA) -> Config:
-    """An alembic ``Config`` for pgstore's own history on ``conninfo`` (libpq syntax or URI)."""
+def alembic_config(
+    conninfo: str = "", schema: str = DEFAULT_SCHEMA, client_role: bool | str = True
+) -> Config:
+    """An alembic ``Config`` for pgstore's own history on ``conninfo`` (libpq syntax or URI).
+
+    ``client_role``: True grants the store's functions to a NOLOGIN role
+    ``<schema>_client`` (created if missing), a string names that role, False
+    grants nothing (the DBA grants EXECUTE as they see fit).
+    """
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["pgstore_conninfo"] = conninfo
     cfg.attributes["pgstore_schema"] = check_schema(schema)
+    cfg.attributes["pgstore_client_role"] = client_role
     return cfg
 
 
-def migrate(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "head") -> None:
+def migrate(
+    conninfo: str = "",
+    schema: str = DEFAULT_SCHEMA,
+    revision: str = "head",
+    client_role: bool | str = True,
+) -> None:
     """Upgrade ``schema`` to ``revision`` (the head by default), in one transaction.
 
     Concurrent migrations of one schema (several hosts starting with
     ``auto_migrate``) are serialised by a transaction-scoped advisory lock.
+    See ``alembic_config`` for ``client_role``.
     """
-    command.upgrade(alembic_config(conninfo, schema), revision)
+    command.upgrade(alembic_config(conninfo, schema, client_role), revision)
 
 
-def downgrade(conninfo: str = "", schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:
-    """Downgrade ``schema``; to ``base`` removes every object the store created, schema included."""
-    command.downgrade(alembic_config(conninfo, schema), revision)
+def downgrade(
+    conninfo: str = "",
+    schema: str = DEFAULT_SCHEMA,
+    revision: str = "base",
+    client_role: bool | str = True,
+) -> None:
+    """Downgrade ``schema``; to ``base`` removes every object the store created, schema
+    included, and the client role if pgstore created it and nothing else uses it."""
+    command.downgrade(alembic_config(conninfo, schema, client_role), revision)
 
 
 def current_revision(conninfo: str = "", schema: str = DEFAULT_SCHEMA) -> str | None:

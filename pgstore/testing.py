@@ -16,6 +16,7 @@ own schema, so tests can run in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import uuid
@@ -30,7 +31,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import _schema
-from ._resources import current_schema_sql
+from ._resources import client_role_template, current_schema_sql
 
 __all__ = [
     "TestServer",
@@ -123,17 +124,45 @@ def fresh_database(server: TestServer, prefix: str = "pgstore_test") -> Iterator
     try:
         yield server.dsn_for(name)
     finally:
+        roles = _release_client_roles(server.dsn_for(name))
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+            for role in roles:
+                # A role still granted something in another database stays.
+                with contextlib.suppress(psycopg.errors.DependentObjectsStillExist):
+                    admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
-def install_schema(dsn: str, schema: str) -> None:
-    """Load the current sql/ into ``schema`` (what ``upgrade head`` builds, only faster)."""
+def _release_client_roles(dsn: str) -> list[str]:
+    """Revoke, in the database at ``dsn``, everything granted to client roles that
+    pgstore created (migrations done by tests); their names, to drop them after."""
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        roles = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT r.rolname FROM pg_roles r"
+                " WHERE shobj_description(r.oid, 'pg_authid') LIKE 'pgstore client role:%'"
+                "   AND EXISTS (SELECT FROM pg_shdepend d WHERE d.refobjid = r.oid"
+                "               AND d.dbid = (SELECT oid FROM pg_database"
+                "                              WHERE datname = current_database()))"
+            )
+        ]
+        for role in roles:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+    return roles
+
+
+def install_schema(dsn: str, schema: str, client_role: str | None = None) -> None:
+    """Load the current sql/ into ``schema`` (what ``upgrade head`` builds, only faster);
+    with ``client_role``, grant it what the migration grants (creating it if missing)."""
     conn: psycopg.Connection[Any]
     with psycopg.connect(dsn) as conn:
         _schema.load(conn, schema, current_schema_sql())
+        if client_role is not None:
+            _schema.grant_client_role(conn, schema, client_role, client_role_template())
 
 
 def drop_schema(dsn: str, schema: str) -> None:

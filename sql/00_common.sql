@@ -6,8 +6,9 @@
 
 CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0002'::text $$;
+AS $$ SELECT 'pgstore_0003'::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '
@@ -15,6 +16,7 @@ COMMENT ON FUNCTION schema_revision() IS
 
 CREATE FUNCTION now_ms() RETURNS bigint
 LANGUAGE sql VOLATILE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
 

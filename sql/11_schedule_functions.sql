@@ -7,6 +7,7 @@
 
 CREATE FUNCTION schedule_get(p_id text) RETURNS SETOF schedules
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -22,6 +23,7 @@ CREATE FUNCTION schedule_register(
     p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL
 ) RETURNS schedules
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -69,6 +71,7 @@ CREATE FUNCTION schedule_claim_due(
     p_id text, p_owner text, p_now bigint, p_lease_ms bigint
 ) RETURNS SETOF schedules
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -105,6 +108,7 @@ CREATE FUNCTION schedule_renew(
     p_id text, p_fencing_token bigint, p_lease_until bigint
 ) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -134,6 +138,7 @@ CREATE FUNCTION schedule_complete(
     p_last_run_at bigint, p_last_status text, p_now bigint DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -169,6 +174,7 @@ COMMENT ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint
 
 CREATE FUNCTION schedule_delete(p_id text) RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -191,6 +197,7 @@ COMMENT ON FUNCTION schedule_delete(text) IS
 
 CREATE FUNCTION schedule_list() RETURNS SETOF schedules
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -205,6 +212,7 @@ CREATE FUNCTION schedule_claim_next(
     p_owner text, p_now bigint, p_lease_ms bigint, p_limit integer, p_ids text[] DEFAULT NULL
 ) RETURNS SETOF schedules
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE

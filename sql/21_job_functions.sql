@@ -7,6 +7,7 @@
 
 CREATE FUNCTION job_channel() RETURNS text
 LANGUAGE sql STABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
     SELECT CASE WHEN octet_length(current_schema()) <= 58
@@ -21,6 +22,7 @@ COMMENT ON FUNCTION job_channel() IS
 
 CREATE FUNCTION job_schedule(p_run_id text, p_dispatch_at bigint) RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -45,6 +47,7 @@ COMMENT ON FUNCTION job_schedule(text, bigint) IS
 
 CREATE FUNCTION job_lease(p_holder text, p_now bigint, p_ttl_ms bigint) RETURNS SETOF jobs
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -89,6 +92,7 @@ CREATE FUNCTION job_renew(
     p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint
 ) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -121,6 +125,7 @@ COMMENT ON FUNCTION job_renew(text, text, bigint, bigint) IS
 CREATE FUNCTION job_mark_dispatched(p_run_id text, p_holder text, p_worker_id text)
 RETURNS TABLE (cancelled boolean, recorded boolean)
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -163,6 +168,7 @@ COMMENT ON FUNCTION job_mark_dispatched(text, text, text) IS
 
 CREATE FUNCTION job_release(p_run_id text, p_holder text, p_retry_at bigint) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -192,6 +198,7 @@ COMMENT ON FUNCTION job_release(text, text, bigint) IS
 
 CREATE FUNCTION job_cancel(p_run_id text) RETURNS text
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
@@ -224,6 +231,7 @@ COMMENT ON FUNCTION job_cancel(text) IS
 
 CREATE FUNCTION job_get(p_run_id text) RETURNS SETOF jobs
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -237,6 +245,7 @@ COMMENT ON FUNCTION job_get(text) IS
 
 CREATE FUNCTION job_list_dispatched() RETURNS SETOF jobs
 LANGUAGE plpgsql STABLE
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -250,6 +259,7 @@ COMMENT ON FUNCTION job_list_dispatched() IS
 
 CREATE FUNCTION job_remove(p_run_id text) RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN

@@ -19,7 +19,8 @@ QUERIES = {
            AND c.relname <> 'alembic_version'
          ORDER BY 1, 2""",
     "relations": """
-        SELECT relname, relkind, reloptions, obj_description(oid, 'pg_class')
+        SELECT relname, relkind, reloptions, obj_description(oid, 'pg_class'),
+               ARRAY(SELECT unnest(coalesce(relacl, acldefault('r', relowner)))::text ORDER BY 1)
           FROM pg_class
          WHERE relnamespace = %(schema)s::regnamespace AND relname NOT LIKE 'alembic_version%%'
          ORDER BY 1""",
@@ -35,16 +36,21 @@ QUERIES = {
          ORDER BY 1, 2""",
     "functions": """
         SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid),
-               obj_description(p.oid, 'pg_proc'), p.proconfig
+               obj_description(p.oid, 'pg_proc'), p.proconfig, p.prosecdef,
+               ARRAY(SELECT unnest(coalesce(p.proacl, acldefault('f', p.proowner)))::text ORDER BY 1)
           FROM pg_proc p
          WHERE p.pronamespace = %(schema)s::regnamespace
          ORDER BY 1, 2""",
+    "schema": """
+        SELECT ARRAY(SELECT unnest(coalesce(nspacl, acldefault('n', nspowner)))::text ORDER BY 1)
+          FROM pg_namespace WHERE oid = %(schema)s::regnamespace""",
 }
 
 
 def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every column, relation, constraint, index and function of ``schema``, with
-    comments and options, the schema's own name replaced by ``<schema>``."""
+    comments, options and privileges (sorted ACLs; NULL read as the default), the
+    schema's own name replaced by ``<schema>``."""
 
     def scrub(value: Any) -> Any:
         if isinstance(value, str):

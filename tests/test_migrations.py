@@ -40,7 +40,7 @@ def test_head_revision_is_what_sql_describes() -> None:
 def test_upgrade_head_equals_loading_sql(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     migrate(dsn, "via_alembic")
-    install_schema(dsn, "via_sql")
+    install_schema(dsn, "via_sql", client_role="via_sql_client")
     with psycopg.connect(dsn) as conn:
         migrated, loaded = catalog(conn, "via_alembic"), catalog(conn, "via_sql")
     for part in loaded:

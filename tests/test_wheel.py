@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "pgstore_0002"
+HEAD = "pgstore_0003"
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_wheel_carries_sql_migrations_and_the_script(installed: Installed) -> No
             wheel.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")
         )
     sql_files = {Path(n).name for n in names if n.startswith("pgstore/sql/")}
-    assert sql_files == {p.name for p in (ROOT / "sql").glob("*.sql")}
+    assert sql_files == {p.name for p in (ROOT / "sql").iterdir() if p.is_file()}
     versions = {Path(n).name for n in names if n.startswith("pgstore/migrations/versions/")}
     assert versions == {p.name for p in (ROOT / "migrations" / "versions").iterdir() if p.is_file()}
     assert "pgstore/migrations/env.py" in names
@@ -123,12 +123,12 @@ def test_installed_package_is_self_contained(installed: Installed) -> None:
     assert package.is_relative_to(installed.venv), package  # not the source tree
     assert sql_dir == package / "sql"
     assert migrations_dir == package / "migrations"
-    assert sorted(p.name for p in sql_dir.glob("*.sql")) == sorted(
-        p.name for p in (ROOT / "sql").glob("*.sql")
+    assert sorted(p.name for p in sql_dir.iterdir()) == sorted(
+        p.name for p in (ROOT / "sql").iterdir() if p.is_file()
     )
     shipped = sorted(p.name for p in (migrations_dir / "versions").iterdir() if p.is_file())
     assert shipped == sorted(
-        p.name for p in (ROOT / "migrations" / "versions").iterdir() if p.suffix in (".py", ".sql")
+        p.name for p in (ROOT / "migrations" / "versions").iterdir() if p.is_file()
     )
     assert (migrations_dir / "env.py").is_file()
 

@@ -1,0 +1,69 @@
+-- pgstore 0003, upgrade: least privilege. The functions run as their owner;
+-- nobody else may execute them or touch the tables, except through the
+-- client role's grants (0003_client_role.sql.template).
+
+ALTER FUNCTION now_ms() SECURITY DEFINER;
+ALTER FUNCTION schedule_get(text) SECURITY DEFINER;
+ALTER FUNCTION schedule_register(text, text, text, bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION schedule_claim_due(text, text, bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION schedule_renew(text, bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) SECURITY DEFINER;
+ALTER FUNCTION schedule_delete(text) SECURITY DEFINER;
+ALTER FUNCTION schedule_list() SECURITY DEFINER;
+ALTER FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) SECURITY DEFINER;
+ALTER FUNCTION job_channel() SECURITY DEFINER;
+ALTER FUNCTION job_schedule(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION job_lease(text, bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION job_renew(text, text, bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION job_mark_dispatched(text, text, text) SECURITY DEFINER;
+ALTER FUNCTION job_release(text, text, bigint) SECURITY DEFINER;
+ALTER FUNCTION job_cancel(text) SECURITY DEFINER;
+ALTER FUNCTION job_get(text) SECURITY DEFINER;
+ALTER FUNCTION job_list_dispatched() SECURITY DEFINER;
+ALTER FUNCTION job_remove(text) SECURITY DEFINER;
+
+CREATE OR REPLACE FUNCTION schema_revision() RETURNS text
+LANGUAGE sql IMMUTABLE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$ SELECT 'pgstore_0003'::text $$;
+
+-- pgstore: who may do what.
+--
+-- The store's functions run as their owner (SECURITY DEFINER, declared on
+-- each function) with search_path pinned to "<schema>, pg_temp", so a caller's
+-- own schemas and temporary objects can never stand in for the store's. No
+-- one but the owner may execute anything or touch the tables directly: the
+-- migration grants EXECUTE on the API functions (not the check_* helpers) and
+-- USAGE on the schema to the client role "<schema>_client" (see
+-- client_role.sql.template); the tables grant nothing to clients.
+--
+-- Run migrations as a dedicated owner role, not a superuser: the functions
+-- run with the owner's rights.
+
+REVOKE ALL ON FUNCTION schema_revision() FROM PUBLIC;
+REVOKE ALL ON FUNCTION now_ms() FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_get(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_register(text, text, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_claim_due(text, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_renew(text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_delete(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_list() FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_channel() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_schedule(text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_lease(text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_renew(text, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_mark_dispatched(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_release(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_cancel(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_get(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_list_dispatched() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_remove(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_name(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_positive(text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_present(text, anyelement) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_one_of(text, text, text[]) FROM PUBLIC;
+
+REVOKE ALL ON TABLE schedules, schedule_fences, jobs FROM PUBLIC;

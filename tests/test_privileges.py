@@ -1,0 +1,255 @@
+"""Least privilege, tested as real login roles.
+
+The migration revokes EXECUTE from PUBLIC, makes the functions SECURITY
+DEFINER with a pinned search_path, and grants a NOLOGIN ``<schema>_client``
+role USAGE on the schema and EXECUTE on the API functions, nothing else.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from pgstore.schema_migrations import downgrade, migrate
+
+SCHEMA = "shop"
+CLIENT = "shop_client"
+
+#: Every API function with arguments that succeed on an empty store.
+API_CALLS = [
+    "schema_revision()",
+    "now_ms()",
+    "job_channel()",
+    "schedule_get('t')",
+    "schedule_register('t', 'interval', '1000', 0, 0)",
+    "schedule_claim_due('t', 'w', 10, 1000)",
+    "schedule_renew('t', 1, 5000)",
+    "schedule_complete('t', 1, 2000, 10, 'ok', 20)",
+    "schedule_list()",
+    "schedule_claim_next('w', 3000, 1000, 5, NULL)",
+    "schedule_delete('t')",
+    "job_schedule('r', 0)",
+    "job_lease('h', 10, 1000)",
+    "job_renew('r', 'h', 20, 1000)",
+    "job_mark_dispatched('r', 'h', 'w')",
+    "job_release('r', 'h', 50)",
+    "job_cancel('r')",
+    "job_get('r')",
+    "job_list_dispatched()",
+    "job_remove('r')",
+]
+TABLES = ["schedules", "schedule_fences", "jobs"]
+TABLE_WRITES = [
+    "SELECT * FROM {t}",
+    "INSERT INTO {t} DEFAULT VALUES",
+    "UPDATE {t} SET {c} = {c}",
+    "DELETE FROM {t}",
+    "TRUNCATE {t}",
+]
+FIRST_COLUMN = {"schedules": "id", "schedule_fences": "id", "jobs": "run_id"}
+
+
+class Roles:
+    """Login roles made for one test, dropped afterwards."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.made: list[str] = []
+
+    def login(self, *member_of: str) -> str:
+        role = f"pgstore_t_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            for group in member_of:
+                admin.execute(
+                    sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(role))
+                )
+        self.made.append(role)
+        return role
+
+    def connect(self, role: str) -> psycopg.Connection[Any]:
+        return psycopg.connect(make_conninfo(self.dsn, user=role), autocommit=True)
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            for role in self.made:
+                admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def shop(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, Roles]]:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, SCHEMA)
+    roles = Roles(dsn)
+    try:
+        yield dsn, roles
+    finally:
+        roles.drop_all()
+
+
+def _state(dsn: str) -> list[Any]:
+    with psycopg.connect(dsn) as conn:
+        return [
+            conn.execute(sql.SQL("SELECT * FROM {}.{} ORDER BY 1").format(
+                sql.Identifier(SCHEMA), sql.Identifier(t))).fetchall()
+            for t in TABLES
+        ]
+
+
+def test_the_migration_creates_a_nologin_client_role(shop: tuple[str, Roles]) -> None:
+    dsn, _ = shop
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb FROM pg_roles"
+            " WHERE rolname = %s", (CLIENT,)
+        ).fetchone()
+        assert row == (False, False, False, False)
+        definers = conn.execute(
+            "SELECT proname, prosecdef, proconfig FROM pg_proc"
+            " WHERE pronamespace = %s::regnamespace ORDER BY 1", (SCHEMA,)
+        ).fetchall()
+    for name, secdef, config in definers:
+        assert secdef is (not name.startswith("check_")), name
+        assert config == [f"search_path={SCHEMA}, pg_temp"], name
+
+
+def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles]) -> None:
+    dsn, roles = shop
+    stranger = roles.login()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        # Even with USAGE on the schema, EXECUTE is not PUBLIC's.
+        admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+            sql.Identifier(SCHEMA), sql.Identifier(stranger)))
+    before = _state(dsn)
+    with roles.connect(stranger) as conn:
+        for call in [*API_CALLS, "check_name('id', 'x')"]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")  # type: ignore[arg-type]
+        for table in TABLES:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
+                    sql.Identifier(SCHEMA), sql.Identifier(table)))
+    assert _state(dsn) == before
+
+
+def test_a_client_calls_every_function_but_touches_no_table(shop: tuple[str, Roles]) -> None:
+    dsn, roles = shop
+    app = roles.login(CLIENT)
+    with roles.connect(app) as conn:
+        answers = {call: conn.execute(f"SELECT * FROM {SCHEMA}.{call}").fetchall()  # type: ignore[arg-type]
+                   for call in API_CALLS}
+        assert answers["schedule_claim_due('t', 'w', 10, 1000)"][0][6] == 1  # the token
+        assert answers["schedule_complete('t', 1, 2000, 10, 'ok', 20)"] == [(True,)]
+        assert answers["job_mark_dispatched('r', 'h', 'w')"] == [(False, True)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"SELECT {SCHEMA}.check_name('id', 'x')")  # helpers are not granted
+        before = _state(dsn)
+        for table in TABLES:
+            for template in TABLE_WRITES:
+                statement = template.format(
+                    t=f"{SCHEMA}.{table}", c=FIRST_COLUMN[table]
+                )
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement)  # type: ignore[arg-type]
+    assert _state(dsn) == before
+
+
+def test_look_alike_objects_on_the_callers_search_path_change_nothing(
+    shop: tuple[str, Roles],
+) -> None:
+    dsn, roles = shop
+    app = roles.login(CLIENT)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        dbname = admin.info.dbname
+        admin.execute(sql.SQL("GRANT CREATE, TEMPORARY ON DATABASE {} TO {}").format(
+            sql.Identifier(dbname), sql.Identifier(app)))
+    with roles.connect(app) as conn:
+        conn.execute("CREATE SCHEMA evil")
+        conn.execute("CREATE TABLE evil.schedules (LIKE pg_catalog.pg_class)")
+        conn.execute("CREATE TABLE evil.jobs (run_id text, dispatch_at bigint)")
+        conn.execute("CREATE TABLE evil.schedule_fences (id text, fencing_token bigint)")
+        for schema in ("evil", "pg_temp"):
+            conn.execute(f"CREATE FUNCTION {schema}.now_ms() RETURNS bigint LANGUAGE sql"  # type: ignore[arg-type]
+                         " AS 'SELECT 0::bigint'")
+            conn.execute(f"CREATE FUNCTION {schema}.check_name(text, text) RETURNS void"  # type: ignore[arg-type]
+                         " LANGUAGE sql AS 'SELECT'")
+            conn.execute(f"CREATE FUNCTION {schema}.coalesce_(bigint) RETURNS bigint"  # type: ignore[arg-type]
+                         " LANGUAGE sql AS 'SELECT 0::bigint'")
+        conn.execute("CREATE TEMP TABLE jobs (run_id text, dispatch_at bigint)")
+        conn.execute("CREATE TEMP TABLE schedules (id text)")
+        conn.execute(f"SET search_path = pg_temp, evil, {SCHEMA}")  # type: ignore[arg-type]
+
+        # The store's own now_ms(), not a look-alike returning 0.
+        clock = conn.execute(f"SELECT {SCHEMA}.now_ms()").fetchone()  # type: ignore[arg-type]
+        assert clock is not None and clock[0] > 1_700_000_000_000
+        # check_name is the store's: a bad id is still rejected.
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute(f"SELECT {SCHEMA}.job_schedule('', 0)")  # type: ignore[arg-type]
+        # Writes land in the store's tables; NULL now is the real clock.
+        conn.execute(f"SELECT {SCHEMA}.job_schedule('r', 5)")  # type: ignore[arg-type]
+        leased = conn.execute(f"SELECT * FROM {SCHEMA}.job_lease('h', NULL, 60000)").fetchone()  # type: ignore[arg-type]
+        assert leased is not None and leased[3] > 1_700_000_000_000
+        row = conn.execute(f"SELECT * FROM {SCHEMA}.schedule_register('t', 'once', '1', 0, NULL)").fetchone()  # type: ignore[arg-type]
+        assert row is not None and row[9] > 1_700_000_000_000
+        assert conn.execute("SELECT count(*) FROM pg_temp.jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM evil.jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pg_temp.schedules").fetchone() == (0,)
+    state = _state(dsn)
+    assert [r[0] for r in state[0]] == ["t"] and [r[0] for r in state[2]] == ["r"]
+
+
+def test_client_role_off_grants_nothing_and_downgrade_drops_the_role(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "bare", client_role=False)
+    migrate(dsn, "named", client_role="named_callers")
+    roles = Roles(dsn)
+    try:
+        with psycopg.connect(dsn) as conn:
+            found = conn.execute(
+                "SELECT rolname FROM pg_roles WHERE rolname IN ('bare_client', 'named_callers')"
+            ).fetchall()
+            assert found == [("named_callers",)]
+        caller = roles.login("named_callers")
+        with roles.connect(caller) as conn:
+            assert conn.execute("SELECT named.schema_revision()").fetchone() is not None
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT bare.now_ms()")
+        roles.drop_all()
+        roles.made.clear()
+        downgrade(dsn, "named", client_role="named_callers")
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pg_roles WHERE rolname = 'named_callers'"
+            ).fetchone() == (0,)
+    finally:
+        roles.drop_all()
+
+
+def test_a_read_only_monitoring_role(shop: tuple[str, Roles]) -> None:
+    """What the README documents for a monitoring role: it reads, it never writes."""
+    dsn, roles = shop
+    monitor = roles.login()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for statement in [
+            "GRANT USAGE ON SCHEMA shop TO {r}",
+            "GRANT SELECT ON ALL TABLES IN SCHEMA shop TO {r}",
+            "GRANT EXECUTE ON FUNCTION shop.now_ms(), shop.schema_revision() TO {r}",
+        ]:
+            admin.execute(sql.SQL(statement).format(r=sql.Identifier(monitor)))  # type: ignore[arg-type]
+        admin.execute("SELECT shop.job_schedule('r', 0)")
+    with roles.connect(monitor) as conn:
+        assert conn.execute("SELECT run_id FROM shop.jobs").fetchall() == [("r",)]
+        assert conn.execute("SELECT shop.schema_revision()").fetchone() is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE shop.jobs SET cancelled = true")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT shop.job_cancel('r')")
