@@ -2,11 +2,13 @@
 
 ::
 
-    pgstore migrate   [--dsn DSN] [--schema NAME] [--revision REV]   (default: head)
-    pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV]   (default: base)
+    pgstore migrate   [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
+    pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
     pgstore current   [--dsn DSN] [--schema NAME]
     pgstore schedules [--dsn DSN] [--schema NAME]
     pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
+    pgstore status    [--dsn DSN] [--schema NAME]
+    pgstore run       MODULE:OBJECT [--log-level LEVEL]
 
 The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
 the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
@@ -25,6 +27,17 @@ dispatched, not cancelled, leased or not (the lease column shows who holds
 one). There is no SQL function listing every job, and ``job_list_dispatched()``
 returns them all, so this operator view reads the ``<schema>.jobs`` table with
 one ``SELECT`` (``read_jobs``) that sends only the rows it prints.
+
+``status`` is the on-call view (``pgstore._status``): every schedule's next
+run, last run, lease and how long it has been due and unclaimed, then the
+number of jobs per state (pending, due, leased, dispatched, cancelled) and the
+oldest due job's lag. Its dispatched and cancelled counts scan the jobs table.
+
+``run MODULE:OBJECT`` (``pgstore._app``) imports ``MODULE`` (the current
+directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
+``pgstore.Dispatcher`` ``OBJECT`` (a dotted attribute path; or a zero-argument
+callable returning one) until SIGTERM or SIGINT, logging each event on one line
+to stderr. The object carries its store, so ``run`` takes no ``--dsn``.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ __all__ = [
     "due_state",
     "format_duration",
     "format_instant",
+    "holder_lease_state",
     "job_lease_state",
     "jobs_table",
     "lease_state",
@@ -64,6 +78,8 @@ NOT_MIGRATED = "none (not migrated)"
 NULL = "-"
 #: How many jobs ``pgstore jobs`` shows unless ``--limit`` says otherwise.
 DEFAULT_JOB_LIMIT = 100
+#: ``pgstore run --log-level`` choices.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -188,18 +204,23 @@ def due_state(job: Job, now_ms: int) -> str:
     return f"overdue {late}" if pending else f"{late} ago"
 
 
-def job_lease_state(job: Job, now_ms: int) -> str:
+def holder_lease_state(holder: str | None, lease_until: int | None, now_ms: int) -> str:
     """``-`` (no lease), ``live: HOLDER until ISO (in 30s)`` or ``expired: HOLDER until ISO
-    (12s ago)``, at ``now_ms``. A lease is live while ``lease_until > now`` (SPEC §5)."""
-    if job.lease_holder is None and job.lease_until is None:
+    (12s ago)``, at ``now_ms``. A lease is live while ``lease_until > now`` (SPEC §4, §5)."""
+    if holder is None and lease_until is None:
         return NULL
-    holder = _text(job.lease_holder) if job.lease_holder is not None else "nobody"
-    if job.lease_until is None:
-        return f"{holder} (no expiry)"
-    until = iso_utc(job.lease_until)
-    if job.lease_until > now_ms:
-        return f"live: {holder} until {until} (in {_until(job.lease_until - now_ms)})"
-    return f"expired: {holder} until {until} ({format_duration(now_ms - job.lease_until)} ago)"
+    who = _text(holder) if holder is not None else "nobody"
+    if lease_until is None:
+        return f"{who} (no expiry)"
+    until = iso_utc(lease_until)
+    if lease_until > now_ms:
+        return f"live: {who} until {until} (in {_until(lease_until - now_ms)})"
+    return f"expired: {who} until {until} ({format_duration(now_ms - lease_until)} ago)"
+
+
+def job_lease_state(job: Job, now_ms: int) -> str:
+    """A job's lease at ``now_ms``, as ``holder_lease_state`` shows it."""
+    return holder_lease_state(job.lease_holder, job.lease_until, now_ms)
 
 
 JOB_COLUMNS = ("run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id")
@@ -266,10 +287,19 @@ def _revision_text(revision: str | None) -> str:
     return NOT_MIGRATED if revision is None else revision
 
 
+def _client_role(text: str) -> bool | str:
+    lowered = text.strip().lower()
+    if lowered in ("on", "true", "yes", "1"):
+        return True
+    if lowered in ("off", "false", "no", "0", "none"):
+        return False
+    return text
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from .schema_migrations import current_revision, migrate
 
-    migrate(args.dsn, args.schema, args.revision)
+    migrate(args.dsn, args.schema, args.revision, args.client_role)
     revision = current_revision(args.dsn, args.schema)
     print(f"schema {args.schema!r} is at {_revision_text(revision)}")
     return 0
@@ -278,7 +308,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 def _cmd_downgrade(args: argparse.Namespace) -> int:
     from .schema_migrations import current_revision, downgrade
 
-    downgrade(args.dsn, args.schema, args.revision)
+    downgrade(args.dsn, args.schema, args.revision, args.client_role)
     revision = current_revision(args.dsn, args.schema)
     print(f"schema {args.schema!r} is at {_revision_text(revision)}")
     return 0
@@ -343,6 +373,33 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from ._status import read_job_counts, status_text
+    from .schedules import PgScheduleStore
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgScheduleStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            now = store.now_ms()
+            records = store.list()
+            counts = read_job_counts(conn, args.schema, now)
+        finally:
+            store.close()
+    print(status_text(args.schema, now, records, counts))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ._app import load_runtime, logging_to_stderr, serve
+
+    with logging_to_stderr(args.log_level):
+        runtime = load_runtime(args.target)
+        serve(runtime, args.target)
+    return 0
+
+
 # --- parsing and errors -----------------------------------------------------
 
 
@@ -379,6 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate", parents=[common], help="upgrade the schema (to head by default)"
     )
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    migrate.add_argument(
+        "--client-role",
+        type=_client_role,
+        default=True,
+        metavar="NAME|on|off",
+        help="the NOLOGIN role granted the store's functions: on (default: <schema>_client), "
+        "a role name, or off (grant nothing)",
+    )
     migrate.set_defaults(run=_cmd_migrate)
 
     downgrade = commands.add_parser(
@@ -387,6 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade the schema; to base (the default) drops the store and its data",
     )
     downgrade.add_argument("--revision", default="base", help="target revision (default: base)")
+    downgrade.add_argument(
+        "--client-role",
+        type=_client_role,
+        default=True,
+        metavar="NAME|on|off",
+        help="the client role migrate granted (its grants are revoked; dropped if pgstore "
+        "created it)",
+    )
     downgrade.set_defaults(run=_cmd_downgrade)
 
     current = commands.add_parser(
@@ -433,6 +506,47 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     jobs.set_defaults(run=_cmd_jobs)
+
+    status = commands.add_parser(
+        "status",
+        parents=[common],
+        help="the on-call view: schedules due, leased and late; jobs per state",
+        description=(
+            "Per schedule: next run (relative and ISO UTC), last status and how long ago "
+            "it ran, fencing token, lease (holder, live or expired, until), and how long it "
+            "has been due and unclaimed. Then the jobs per state: pending (not due yet), "
+            "due (leasable now), leased (live lease, not dispatched), dispatched, cancelled "
+            "(never dispatched), and the oldest due job's lag. Times are judged against the "
+            "database clock. Cost: the waiting states read only the pending-jobs index; "
+            "the dispatched and cancelled counts scan the jobs table (about 0.1 s per "
+            "million jobs)."
+        ),
+    )
+    status.set_defaults(run=_cmd_status)
+
+    run = commands.add_parser(
+        "run",
+        help="run an app's Scheduler or Dispatcher until SIGTERM or SIGINT",
+        description=(
+            "Import MODULE (the current directory first on sys.path, as python -m does) "
+            "and run OBJECT, a dotted attribute path naming a pgstore.Scheduler or "
+            "pgstore.Dispatcher, or a zero-argument callable (a factory) returning one. "
+            "SIGTERM or SIGINT stops claiming; running work gets the runtime's grace "
+            "period, then the store is closed and the exit status is 0. Claims, runs, "
+            "completions, leases, dispatches, recalls, releases and lost leases are logged "
+            "to stderr, one line each with a UTC timestamp. The object carries its store: "
+            "no --dsn or --schema here."
+        ),
+    )
+    run.add_argument("target", metavar="MODULE:OBJECT", help="e.g. myapp.tasks:scheduler")
+    run.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="the least severe level logged (default: INFO)",
+    )
+    run.set_defaults(run=_cmd_run)
     return parser
 
 

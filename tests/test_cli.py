@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
-from pgstore import CompletePatch, PgJobStore, PgScheduleStore
+from pgstore import CompletePatch, Dispatcher, PgJobStore, PgScheduleStore, Scheduler
+from pgstore._app import AppError, load_runtime
+from pgstore._status import JobCounts, job_counts_query, read_job_counts, status_text
 from pgstore.cli import (
     due_state,
     format_duration,
@@ -512,3 +522,696 @@ def test_jobs_connection_failures_are_one_line(cli: Run) -> None:
     assert "127.0.0.1" in line
     _assert_one_error_line(*cli("jobs", "--dsn", "not a conninfo", "--due"))
     _assert_one_error_line(*_run([str(_script()), "jobs", "--dsn", BAD_DSN, "--dispatched"]))
+
+
+# --- pgstore status -----------------------------------------------------------
+
+STATUS_COLUMNS = ["id", "next run", "last run", "token", "lease", "unclaimed for"]
+JOB_STATES = ["pending", "due", "leased", "dispatched", "cancelled"]
+
+EXPECTED_STATUS = """\
+schema 'ops', database clock 1700000000000 (2023-11-14T22:13:20.000Z)
+
+schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done)
+id         next run                                  last run         token  lease                                                     unclaimed for
+---------  ----------------------------------------  ---------------  -----  --------------------------------------------------------  -------------
+a-due      overdue 3m10s (2023-11-14T22:10:10.000Z)  -                0      -                                                         3m10s
+b-leased   due 5s ago (2023-11-14T22:13:15.000Z)     -                1      live: host-b until 2023-11-14T22:23:15.000Z (in 9m55s)    -
+c-ok       in 42s (2023-11-14T22:14:02.000Z)         ok 10s ago       1      -                                                         -
+d-error    in 1h00m (2023-11-14T23:13:20.000Z)       error 2m10s ago  2      -                                                         -
+e-done     none (one-shot ran)                       ok 2h00m ago     1      -                                                         -
+f-expired  overdue 1m00s (2023-11-14T22:12:20.000Z)  -                3      expired: host-f until 2023-11-14T22:13:05.000Z (15s ago)  15s
+
+jobs: 11
+  pending     2  not due yet
+  due         3  leasable now (1 after an expired lease)
+  leased      2  live lease, not dispatched
+  dispatched  2  sent (1 cancelled meanwhile: bot recalled)
+  cancelled   2  never dispatched
+oldest due job: d-old, 5m00s late (dispatch_at 1699999700000 (2023-11-14T22:08:20.000Z))"""
+
+
+def test_status_text_against_the_given_clock() -> None:
+    now = 1_700_000_000_000
+    records = [
+        _record(id="a-due", next_run_at=now - 190_000),
+        _record(
+            id="b-leased",
+            next_run_at=now - 5_000,
+            fencing_token=1,
+            lease_owner="host-b",
+            lease_until=now + 595_000,
+        ),
+        _record(
+            id="c-ok", next_run_at=now + 42_000, last_run_at=now - 10_000, last_status="ok",
+            fencing_token=1,
+        ),
+        _record(
+            id="d-error", kind="cron", spec="*/5 * * * *", next_run_at=now + 3_600_000,
+            last_run_at=now - 130_000, last_status="error", fencing_token=2,
+        ),
+        _record(
+            id="e-done", kind="once", spec="0", next_run_at=None, last_run_at=now - 7_200_000,
+            last_status="ok", fencing_token=1,
+        ),
+        _record(
+            id="f-expired", next_run_at=now - 60_000, fencing_token=3, lease_owner="host-f",
+            lease_until=now - 15_000,
+        ),
+    ]
+    counts = JobCounts(
+        pending=2, due=3, due_expired_lease=1, leased=2, dispatched=2, recalled=1, cancelled=2,
+        oldest_due_run_id="d-old", oldest_due_at=now - 300_000,
+    )
+    assert status_text("ops", now, records, counts) == EXPECTED_STATUS
+
+    nothing = JobCounts(0, 0, 0, 0, 0, 0, 0, None, None)
+    assert status_text("ops", now, [], nothing).splitlines()[1:] == [
+        "",
+        "schedules: none",
+        "",
+        "jobs: 0",
+        "  pending     0  not due yet",
+        "  due         0  leasable now",
+        "  leased      0  live lease, not dispatched",
+        "  dispatched  0  sent",
+        "  cancelled   0  never dispatched",
+        "oldest due job: none",
+    ]
+    # Due exactly now, with nobody on it: claimable for 0 ms.
+    at_now = status_text("ops", now, [_record(id="x", next_run_at=now)], nothing).splitlines()
+    assert re.split(r" {2,}", at_now[5]) == [
+        "x", "due now (2023-11-14T22:13:20.000Z)", "-", "0", "-", "0ms"
+    ]
+
+
+def _parse_status(out: str) -> tuple[str, dict[str, dict[str, str]], list[str]]:
+    """``pgstore status`` output -> (schedules summary, {id: {column: cell}}, job lines)."""
+    lines = out.splitlines()
+    assert re.fullmatch(rf"schema '[^']+', database clock \d+ \({ISO}\)", lines[0])
+    assert lines[1] == ""
+    summary = lines[2]
+    assert re.split(r" {2,}", lines[3]) == STATUS_COLUMNS
+    assert set(lines[4]) <= {"-", " "}
+    rows: dict[str, dict[str, str]] = {}
+    end = lines.index("", 5)
+    for line in lines[5:end]:
+        cells = re.split(r" {2,}", line)
+        assert len(cells) == len(STATUS_COLUMNS), line
+        rows[cells[0]] = dict(zip(STATUS_COLUMNS, cells, strict=True))
+    return summary, rows, lines[end + 1 :]
+
+
+def _all_jobs(conn: psycopg.Connection[Any], schema: str) -> list[Job]:
+    query = psycopg.sql.SQL(
+        "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled"
+        " FROM {}.jobs"
+    ).format(psycopg.sql.Identifier(schema))
+    return [Job(*row) for row in conn.execute(query).fetchall()]
+
+
+def _counts_by_hand(jobs: list[Job], now: int) -> JobCounts:
+    """The states of the status docstring, job by job, in Python."""
+    states: dict[str, list[Job]] = {state: [] for state in JOB_STATES}
+    for j in jobs:
+        live = j.lease_until is not None and j.lease_until > now
+        if j.dispatched:
+            states["dispatched"].append(j)
+        elif j.cancelled:
+            states["cancelled"].append(j)
+        elif live:
+            states["leased"].append(j)
+        elif j.dispatch_at <= now:
+            states["due"].append(j)
+        else:
+            states["pending"].append(j)
+    due = sorted(states["due"], key=lambda j: (j.dispatch_at, j.run_id))
+    return JobCounts(
+        pending=len(states["pending"]),
+        due=len(due),
+        due_expired_lease=sum(1 for j in due if j.lease_until is not None),
+        leased=len(states["leased"]),
+        dispatched=len(states["dispatched"]),
+        recalled=sum(1 for j in states["dispatched"] if j.cancelled),
+        cancelled=len(states["cancelled"]),
+        oldest_due_run_id=due[0].run_id if due else None,
+        oldest_due_at=due[0].dispatch_at if due else None,
+    )
+
+
+def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schema: str) -> None:
+    dsn, schema = pgstore_database, pgstore_schema
+    where = ["--dsn", dsn, "--schema", schema]
+    status, out, err = cli("status", *where)
+    assert (status, err) == (0, "")
+    assert out.splitlines()[1:4] == ["", "schedules: none", ""]
+    assert out.splitlines()[4:] == [
+        "jobs: 0",
+        "  pending     0  not due yet",
+        "  due         0  leasable now",
+        "  leased      0  live lease, not dispatched",
+        "  dispatched  0  sent",
+        "  cancelled   0  never dispatched",
+        "oldest due job: none",
+    ]
+
+    with PgScheduleStore(dsn, schema=schema) as store:
+        now = store.now_ms()
+        store.register("a-due", "interval", "60000", now - 190_000)
+        store.register("b-leased", "interval", "60000", now - 5_000)
+        assert store.claim_due("b-leased", "host-b", None, 600_000) is not None
+        for id, kind, spec, next_at, last_at, last in [
+            ("c-ok", "interval", "60000", now + 42_000, now - 10_000, "ok"),
+            ("d-error", "cron", "*/5 * * * *", now + 3_600_000, now - 130_000, "error"),
+            ("e-done", "once", "0", None, now - 7_200_000, "ok"),
+        ]:
+            store.register(id, kind, spec, now - 1_000)  # type: ignore[arg-type]
+            claim = store.claim_due(id, "host-c", None, 60_000)
+            assert claim is not None
+            patch = CompletePatch(next_at, last_at, last)  # type: ignore[arg-type]
+            assert store.complete(id, claim.fencing_token, patch)
+        store.register("f-expired", "interval", "1000", now - 60_000)
+        assert store.claim_due("f-expired", "host-f", now - 20_000, 5_000) is not None
+
+    with PgJobStore(dsn, schema=schema) as jobs:
+        # Leased jobs first, while nothing else is due: job_lease takes the earliest due.
+        def lease(run_id: str, dispatch_at: int, holder: str, at: int | None, ttl: int) -> None:
+            jobs.schedule(run_id, dispatch_at)
+            got = jobs.lease(holder, at, ttl)
+            assert got is not None and got.run_id == run_id
+
+        lease("x-sent", now - 1_000_000, "h-x", None, 60_000)
+        assert jobs.mark_dispatched("x-sent", "h-x", "bot-1").recorded
+        lease("x-recalled", now - 950_000, "h-x", None, 60_000)
+        assert str(jobs.cancel("x-recalled")) == "cancelled"
+        mark = jobs.mark_dispatched("x-recalled", "h-x", "bot-2")
+        assert mark.cancelled and mark.recorded
+        lease("c-leased", now - 800_000, "h-c", None, 600_000)
+        assert str(jobs.cancel("c-leased")) == "cancelled"  # cancelled under a live lease
+        lease("l-old", now - 600_000, "h-l", None, 600_000)  # older than any due job
+        lease("l-moved", now - 500_000, "h-l", None, 600_000)
+        jobs.schedule("l-moved", now + 3_600_000)  # moved ahead: its lease is kept
+        lease("d-expired", now - 10_000, "h-dead", now - 5_000, 1_000)  # expired at now - 4 s
+        jobs.schedule("c-plain", now - 900_000)
+        assert str(jobs.cancel("c-plain")) == "cancelled"
+        jobs.schedule("d-old", now - 300_000)
+        jobs.schedule("d-new", now - 1_000)
+        jobs.schedule("p-soon", now + 60_000)
+        jobs.schedule("p-later", now + 3_600_000)
+
+    status, out, err = cli("status", *where)
+    assert (status, err) == (0, ""), err
+    summary, rows, job_lines = _parse_status(out)
+    assert summary == "schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done)"
+    assert list(rows) == ["a-due", "b-leased", "c-ok", "d-error", "e-done", "f-expired"]
+
+    # The relative cells are judged at the command's clock, a moment after `now`.
+    a = rows["a-due"]
+    assert re.fullmatch(rf"overdue 3m1[01]s \({re.escape(_iso(now - 190_000))}\)", a["next run"])
+    assert (a["last run"], a["token"], a["lease"]) == ("-", "0", "-")
+    assert re.fullmatch(r"3m1[01]s", a["unclaimed for"])
+    b = rows["b-leased"]
+    assert re.fullmatch(rf"due [56]s ago \({re.escape(_iso(now - 5_000))}\)", b["next run"])
+    assert re.fullmatch(rf"live: host-b until {ISO} \(in (9m5\ds|10m00s)\)", b["lease"])
+    assert (b["last run"], b["token"], b["unclaimed for"]) == ("-", "1", "-")
+    c = rows["c-ok"]
+    assert re.fullmatch(rf"in 4[12]s \({re.escape(_iso(now + 42_000))}\)", c["next run"])
+    assert re.fullmatch(r"ok 1[01]s ago", c["last run"])
+    assert (c["token"], c["lease"], c["unclaimed for"]) == ("1", "-", "-")
+    d = rows["d-error"]
+    assert re.fullmatch(rf"in (59m5\ds|1h00m) \({re.escape(_iso(now + 3_600_000))}\)", d["next run"])
+    assert re.fullmatch(r"error 2m1[01]s ago", d["last run"])
+    e = rows["e-done"]
+    assert (e["next run"], e["lease"], e["unclaimed for"]) == ("none (one-shot ran)", "-", "-")
+    assert e["last run"] == "ok 2h00m ago"
+    f = rows["f-expired"]
+    assert re.fullmatch(r"overdue 1m0[01]s \(.*\)", f["next run"])
+    assert f["lease"].startswith(f"expired: host-f until {_iso(now - 15_000)} (")
+    assert re.fullmatch(r"1[56]s", f["unclaimed for"])  # since the lease ran out, not since due
+
+    assert job_lines[:6] == [
+        "jobs: 11",
+        "  pending     2  not due yet",
+        "  due         3  leasable now (1 after an expired lease)",
+        "  leased      2  live lease, not dispatched",
+        "  dispatched  2  sent (1 cancelled meanwhile: bot recalled)",
+        "  cancelled   2  never dispatched",
+    ]
+    # The oldest due job: not l-old (leased) nor c-plain (cancelled), though both are older.
+    assert re.fullmatch(
+        rf"oldest due job: d-old, 5m0[01]s late \(dispatch_at {re.escape(format_instant(now - 300_000))}\)",
+        job_lines[6],
+    )
+    assert len(job_lines) == 7
+
+    # The one SELECT agrees with a job-by-job partition, at instants around every edge.
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        every = _all_jobs(conn, schema)
+        edges = {j.dispatch_at for j in every} | {j.lease_until for j in every if j.lease_until}
+        for at in sorted({now, *(e + d for e in edges for d in (-1, 0, 1))}):
+            assert read_job_counts(conn, schema, at) == _counts_by_hand(every, at), at
+
+
+def _iso(ms: int) -> str:
+    return format_instant(ms).split(" ")[1].strip("()")
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += _plan_nodes(child)
+    return nodes
+
+
+def test_status_job_counts_read_only_waiting_jobs_from_the_index(
+    pgstore_database: str, pgstore_schema: str
+) -> None:
+    """With 200,000 dispatched jobs, the waiting states and the oldest due job come from the
+    partial index (touching only the waiting jobs); only the history counts scan the table."""
+    schema = psycopg.sql.Identifier(pgstore_schema)
+    waiting = 1_000
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until, worker_id,"
+                " dispatched, cancelled)"
+                " SELECT 'sent-' || g, g, 'h', g + 1000, 'w', true, g % 50 = 0"
+                " FROM generate_series(1, 200000) AS g"
+            ).format(schema)
+        )
+        conn.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
+                " SELECT 'wait-' || g, 1000000 + g * 10,"
+                "        CASE WHEN g %% 4 = 0 THEN 'h' END,"
+                "        CASE WHEN g %% 4 = 0 THEN 1000000 + g * 20 END"
+                " FROM generate_series(1, %s) AS g"
+            ).format(schema),
+            (waiting,),
+        )
+        conn.execute(psycopg.sql.SQL("ANALYZE {}.jobs").format(schema))
+        now = 1_000_000 + 5_000
+        explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ")
+        row = conn.execute(explain + job_counts_query(pgstore_schema), {"now": now}).fetchone()
+        assert row is not None
+        doc = row[0] if isinstance(row[0], list) else json.loads(row[0])
+        nodes = _plan_nodes(doc[0]["Plan"])
+        counts = read_job_counts(conn, pgstore_schema, now)
+
+    scans = [n for n in nodes if "Relation Name" in n or "Index Name" in n]
+    on_index = [n for n in scans if n.get("Index Name") == "jobs_pending_by_dispatch_at"]
+    seq = [n for n in scans if n["Node Type"] == "Seq Scan"]
+    described = [(n["Node Type"], n.get("Index Name"), n.get("Filter")) for n in scans]
+    # The history counts: one scan of the table (dispatched or cancelled rows).
+    assert len(seq) == 1, described
+    assert "dispatched OR cancelled" in seq[0].get("Filter", ""), described
+    # The waiting counts and the oldest due job: the partial index, twice, and nothing else.
+    assert len(on_index) >= 2, described
+    others = [n for n in scans if n not in seq and n not in on_index]
+    assert all(n["Node Type"] == "Bitmap Heap Scan" for n in others), described
+    heap = [n for n in others if n["Node Type"] == "Bitmap Heap Scan"]
+    for node in on_index + heap:  # never more rows than the waiting jobs
+        assert node["Actual Rows"] * node["Actual Loops"] <= waiting, described
+    assert counts.dispatched == 200_000 and counts.recalled == 4_000
+    assert counts.oldest_due_run_id == "wait-1"
+    assert counts.pending + counts.due + counts.leased == waiting
+
+
+def test_status_usage_and_errors(cli: Run, pgstore_fresh_database: Callable[[], str]) -> None:
+    status, out, _ = cli("status", "--help")
+    assert status == 0
+    for text in ("--dsn", "--schema", "pending", "dispatched", "scan"):
+        assert text in out
+    dsn = pgstore_fresh_database()
+    line = _assert_one_error_line(*cli("status", "--dsn", dsn, "--schema", "nothing_here"))
+    assert "pgstore migrate --dsn DSN --schema nothing_here" in line
+    assert "127.0.0.1" in _assert_one_error_line(*cli("status", "--dsn", BAD_DSN))
+    _assert_one_error_line(*_run([str(_script()), "status", "--dsn", BAD_DSN]))
+
+
+# --- pgstore run ----------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+LOG_LINE = re.compile(rf"({ISO}) (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): (.*)")
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("tests.cli_app", "'tests.cli_app' is not MODULE:OBJECT"),
+        (":scheduler", "is not MODULE:OBJECT"),
+        ("tests.cli_app:", "is not MODULE:OBJECT"),
+        ("tests.cli_app:apps..dispatcher", "is not MODULE:OBJECT"),
+        ("tests.cli_app:scheduler:again", "is not MODULE:OBJECT"),
+        ("tests/cli_app.py:scheduler", "is not MODULE:OBJECT"),
+        ("tests.cli_app:1st", "is not MODULE:OBJECT"),
+        ("tests.cli_app: scheduler", "is not MODULE:OBJECT"),
+        ("tests.no_such_module:app", "no module named 'tests.no_such_module'"),
+        ("no_such_package_4711.app:app", "no module named 'no_such_package_4711'"),
+        ("tests.cli_app:nothing", "module 'tests.cli_app' has no attribute 'nothing'"),
+        ("tests.cli_app:apps.nothing", "module 'tests.cli_app' has no attribute 'apps.nothing'"),
+        (
+            "tests.cli_app:not_a_runtime",
+            "tests.cli_app:not_a_runtime is an int, not a pgstore.Scheduler or "
+            "pgstore.Dispatcher (or a zero-argument callable returning one)",
+        ),
+        ("tests.cli_app:needs_arguments", "tests.cli_app:needs_arguments needs arguments"),
+        ("tests.cli_app:Scheduler", "tests.cli_app:Scheduler needs arguments"),
+        ("tests.cli_app:returns_a_number", "returns_a_number() returned an int, not a pgstore"),
+        (
+            "tests.cli_app:raises",
+            "tests.cli_app:raises() raised LookupError: no such environment (cli_app.py:",
+        ),
+    ],
+)
+def test_run_rejects_what_is_not_a_runtime(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, target: str, message: str
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # run may put the cwd first
+    line = _assert_one_error_line(*cli("run", target))
+    assert message in line, line
+
+
+def test_run_reports_an_app_that_fails_to_import(
+    cli: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)  # the current directory is where run looks first
+    tag = uuid.uuid4().hex[:8]
+    (tmp_path / f"broken_{tag}.py").write_text('"""Broken."""\n\nLIMIT = 1 / 0\n')
+    (tmp_path / f"needy_{tag}.py").write_text("import no_such_dependency_4711\n")
+    (tmp_path / f"plain_{tag}.py").write_text("answer = 42\n")
+    line = _assert_one_error_line(*cli("run", f"broken_{tag}:app"))
+    assert line.endswith(
+        f"importing 'broken_{tag}' raised ZeroDivisionError: division by zero (broken_{tag}.py:3)"
+    )
+    # A missing dependency of the app is not a missing app.
+    line = _assert_one_error_line(*cli("run", f"needy_{tag}:app"))
+    assert f"importing 'needy_{tag}' raised ModuleNotFoundError" in line
+    assert "no_such_dependency_4711" in line and f"(needy_{tag}.py:1)" in line
+    line = _assert_one_error_line(*cli("run", f"plain_{tag}:answer"))
+    assert f"plain_{tag}:answer is an int" in line
+
+
+def test_run_usage(cli: Run) -> None:
+    status, out, _ = cli("run", "--help")
+    assert status == 0
+    for text in ("MODULE:OBJECT", "--log-level", "SIGTERM", "zero-argument callable"):
+        assert text in out
+    assert "--dsn DSN" not in out and "--schema SCHEMA" not in out  # no such options
+    assert cli("run")[0] == 2
+    assert cli("run", "--dsn", "x", "tests.cli_app:scheduler")[0] == 2
+    assert cli("run", "tests.cli_app:scheduler", "--log-level", "loud")[0] == 2
+
+
+def test_run_finds_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    import tests.cli_app as app
+
+    assert load_runtime("tests.cli_app:scheduler") is app.scheduler
+    assert isinstance(app.scheduler, Scheduler)
+    assert load_runtime("tests.cli_app:apps.dispatcher") is app.apps.dispatcher
+    made = load_runtime("tests.cli_app:make_dispatcher")
+    assert isinstance(made, Dispatcher) and made is not app.apps.dispatcher
+    with pytest.raises(AppError):
+        load_runtime("tests.cli_app:not_a_runtime")
+
+
+def _log_events(text: str) -> list[tuple[str, str, str]]:
+    """(level, logger, message) of every log line. Each line is one event with a UTC
+    timestamp of about now, except the traceback lines that follow an ERROR event."""
+    events: list[tuple[str, str, str]] = []
+    traceback_allowed = False
+    for line in text.splitlines():
+        m = LOG_LINE.fullmatch(line)
+        if m is None:
+            assert traceback_allowed, f"not a log line: {line!r}\n{text}"
+            continue
+        stamp = datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        assert abs(stamp.timestamp() - time.time()) < 600, line  # UTC, not local time
+        events.append((m[2], m[3], m[4]))
+        traceback_allowed = m[2] == "ERROR"
+    return events
+
+
+def _messages(events: list[tuple[str, str, str]], logger: str, pattern: str) -> list[re.Match[str]]:
+    return [m for _, name, msg in events if name == logger and (m := re.fullmatch(pattern, msg))]
+
+
+def _create_marks(dsn: str, schema: str) -> None:
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL(
+                "CREATE TABLE {}.cli_app_marks (kind text NOT NULL, key text NOT NULL,"
+                " token bigint, owner text NOT NULL)"
+            ).format(psycopg.sql.Identifier(schema))
+        )
+
+
+def _marks(dsn: str, schema: str) -> list[tuple[str, str, int | None, str]]:
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            psycopg.sql.SQL("SELECT kind, key, token, owner FROM {}.cli_app_marks").format(
+                psycopg.sql.Identifier(schema)
+            )
+        ).fetchall()
+
+
+class _App:
+    """``python -m pgstore run TARGET`` as a child process, its stderr in a file."""
+
+    def __init__(self, target: str, dsn: str, schema: str, tmp_path: Path, *args: str) -> None:
+        self.log_path = tmp_path / "run.log"
+        self.out_path = tmp_path / "run.out"
+        with self.log_path.open("wb") as err, self.out_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pgstore", "run", target, *args],
+                cwd=REPO,
+                # A zone far from UTC: the log's timestamps must be UTC all the same.
+                env=_process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema, TZ="Asia/Tokyo"),
+                stdout=out,
+                stderr=err,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if self.proc.poll() is not None:
+                pytest.fail(f"exited {self.proc.returncode} before {what}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} after {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
+
+    def stop(self, sig: signal.Signals) -> tuple[int, float]:
+        """Send ``sig``; the exit status and how many seconds the process took to exit."""
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            status = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 15 s after {sig.name}:\n{self.log()}")
+        return status, time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_run_scheduler_until_sigterm(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    dsn, schema = pgstore_database, pgstore_schema
+    _create_marks(dsn, schema)
+    app = _App("tests.cli_app:scheduler", dsn, schema, tmp_path)
+    try:
+
+        def ran() -> bool:
+            kinds = [kind for kind, *_ in _marks(dsn, schema)]
+            return kinds.count("tick") >= 2 and kinds.count("boom") >= 1
+
+        app.wait_for("two ticks and a boom", ran)
+        status, seconds = app.stop(signal.SIGTERM)
+    finally:
+        app.kill()
+    log = app.log()
+    assert status == 0, log
+    assert seconds < 5, log
+    assert app.out_path.read_text() == ""
+    events = _log_events(log)
+
+    owner = f"scheduler@{socket.gethostname()}:{app.proc.pid}"
+    who = re.escape(owner)
+    marks = _marks(dsn, schema)
+    assert {mark_owner for *_, mark_owner in marks} == {owner}
+    for task, outcome in [("tick", "ok"), ("boom", "error")]:
+        ran_tokens = sorted(token for kind, _, token, _ in marks if kind == task)  # type: ignore[type-var]
+        assert ran_tokens == list(range(1, len(ran_tokens) + 1)), task
+        claimed = _messages(
+            events, "pgstore.scheduler", rf"{who}: claimed {task} token (\d+) \(scheduled \d+\)"
+        )
+        completed = _messages(
+            events,
+            "pgstore.scheduler",
+            rf"{who}: completed {task} token (\d+) {outcome}, next run at \d+",
+        )
+        # Every claim ran, and was completed within the grace period.
+        assert [int(m[1]) for m in claimed] == ran_tokens, log
+        assert [int(m[1]) for m in completed] == ran_tokens, log
+    raised = [m for lvl, _, m in events if lvl == "ERROR"]
+    assert raised and all(re.fullmatch(rf"{who}: boom token \d+ raised", m) for m in raised), log
+    assert "RuntimeError: boom goes the handler" in log  # the traceback follows its line
+    assert _messages(events, "pgstore.scheduler", rf"{who}: registered tick \(interval 200\), next run at \d+")
+    assert _messages(
+        events,
+        "pgstore.run",
+        rf"running scheduler {who} \(tasks: boom, tick\) from tests\.cli_app:scheduler until"
+        r" SIGTERM or SIGINT",
+    )
+    assert _messages(events, "pgstore.scheduler", rf"{who}: stopping; \d running, grace 5\.0s")
+    assert events[-1] == ("INFO", "pgstore.run", "stopped")
+
+    with PgScheduleStore(dsn, schema=schema) as store:
+        records = {r.id: r for r in store.list()}
+    assert records["tick"].last_status == "ok" and records["boom"].last_status == "error"
+    assert records["tick"].lease_owner is None  # completed, nothing left held
+    assert records["tick"].fencing_token == sum(1 for kind, *_ in marks if kind == "tick")
+
+
+def test_run_dispatcher_factory_until_sigint(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    dsn, schema = pgstore_database, pgstore_schema
+    _create_marks(dsn, schema)
+    with PgJobStore(dsn, schema=schema) as jobs:
+        now = jobs.now_ms()
+        for run_id in ("meeting-a", "flaky-c", "cancel-d"):
+            jobs.schedule(run_id, now - 1_000)
+    # The factory form, and a lower-case level.
+    app = _App("tests.cli_app:make_dispatcher", dsn, schema, tmp_path, "--log-level", "info")
+    try:
+        with PgJobStore(dsn, schema=schema) as jobs:
+
+            def dispatched(*run_ids: str) -> bool:
+                found = [jobs.get(r) for r in run_ids]
+                return all(j is not None and j.dispatched for j in found)
+
+            app.wait_for("meeting-a dispatched", lambda: dispatched("meeting-a"))
+            jobs.schedule("meeting-b", jobs.now_ms())  # while it runs
+            app.wait_for(
+                "every job dispatched",
+                lambda: dispatched("meeting-a", "meeting-b", "flaky-c", "cancel-d")
+                and any(kind == "recall" for kind, *_ in _marks(dsn, schema)),
+            )
+            final = {r: jobs.get(r) for r in ("meeting-a", "meeting-b", "flaky-c", "cancel-d")}
+        status, seconds = app.stop(signal.SIGINT)
+    finally:
+        app.kill()
+    log = app.log()
+    assert status == 0, log
+    assert seconds < 5, log
+    events = _log_events(log)
+
+    holder = f"dispatcher@{socket.gethostname()}:{app.proc.pid}"
+    who = re.escape(holder)
+    for run_id, job in final.items():
+        assert job is not None
+        assert (job.worker_id, job.lease_holder) == (f"bot-{run_id}", holder)
+        assert job.cancelled == (run_id == "cancel-d")
+    leased = _messages(events, "pgstore.dispatcher", rf"{who}: leased ([\w-]+) \(due \d+\) until \d+")
+    assert sorted(m[1] for m in leased) == [
+        "cancel-d", "flaky-c", "flaky-c", "meeting-a", "meeting-b"
+    ], log
+    sent = _messages(events, "pgstore.dispatcher", rf"{who}: dispatched ([\w-]+) to bot-([\w-]+)")
+    assert sorted((m[1], m[2]) for m in sent) == [
+        ("flaky-c", "flaky-c"), ("meeting-a", "meeting-a"), ("meeting-b", "meeting-b")
+    ], log
+    assert _messages(events, "pgstore.dispatcher", rf"{who}: dispatch of flaky-c failed \(attempt 1\)")
+    assert "ConnectionError: the provider did not answer" in log
+    assert _messages(events, "pgstore.dispatcher", rf"{who}: released flaky-c for a retry at \d+")
+    assert _messages(
+        events, "pgstore.dispatcher", rf"{who}: cancel-d: cancelled meanwhile; recalling bot-cancel-d"
+    )
+    assert ("recall", "cancel-d", None, "bot-cancel-d") in _marks(dsn, schema)
+    assert _messages(
+        events, "pgstore.run", rf"running dispatcher {who} from tests\.cli_app:make_dispatcher .*"
+    )
+    assert events[-1] == ("INFO", "pgstore.run", "stopped")
+
+
+def test_run_console_script_imports_from_the_current_directory(tmp_path: Path) -> None:
+    """The console script's sys.path does not hold the current directory; run adds it."""
+    (tmp_path / "memory_app.py").write_text(
+        "from pgstore import Dispatcher, MemoryJobStore\n\n"
+        "dispatcher = Dispatcher(MemoryJobStore(), lambda job: None, holder='mem-1',"
+        " poll_interval=0.05)\n"
+        "answer = 42\n"
+    )
+    env = _process_env()
+    done = subprocess.run(
+        [str(_script()), "run", "memory_app:answer"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert "memory_app:answer is an int" in _assert_one_error_line(
+        done.returncode, done.stdout, done.stderr
+    )
+    with (tmp_path / "err").open("wb") as err:
+        proc = subprocess.Popen(
+            [str(_script()), "run", "memory_app:dispatcher", "--log-level", "WARNING"],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err,
+        )
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None, (tmp_path / "err").read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (tmp_path / "err").read_text() == ""  # WARNING: the INFO lines are left out
+
+
+def test_run_on_an_unmigrated_schema_is_one_error_line(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    app = _App("tests.cli_app:scheduler", pgstore_database, "nothing_here", tmp_path)
+    try:
+        status = app.proc.wait(timeout=60)
+    finally:
+        app.kill()
+    lines = app.log().splitlines()
+    assert status == 1, lines
+    assert "Traceback" not in app.log()
+    assert lines[-1].startswith("pgstore: error: ")
+    assert "pgstore migrate --dsn DSN --schema nothing_here" in lines[-1]
+    assert all(LOG_LINE.fullmatch(line) for line in lines[:-1]), lines
+
+
+def test_migrate_client_role_option(cli: Run, pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+
+    def roles() -> set[str]:
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(
+                "SELECT rolname FROM pg_roles WHERE rolname IN"
+                " ('cr_on_client', 'cr_off_client', 'cr_named_callers')"
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    assert cli("migrate", "--dsn", dsn, "--schema", "cr_on")[0] == 0
+    assert cli("migrate", "--dsn", dsn, "--schema", "cr_off", "--client-role", "off")[0] == 0
+    assert cli("migrate", "--dsn", dsn, "--schema", "cr_named",
+               "--client-role", "cr_named_callers")[0] == 0
+    assert roles() == {"cr_on_client", "cr_named_callers"}
+    assert cli("downgrade", "--dsn", dsn, "--schema", "cr_named",
+               "--client-role", "cr_named_callers")[0] == 0
+    assert cli("downgrade", "--dsn", dsn, "--schema", "cr_on")[0] == 0
+    assert roles() == set()
