@@ -30,7 +30,9 @@ class JobListener:
         schema: str,
         on_due: Callable[[int, int], None],
         log: logging.Logger,
+        name: str = "dispatcher",
     ) -> None:
+        self.name = name
         self.conninfo = conninfo
         self.schema = schema
         self.on_due = on_due
@@ -40,12 +42,16 @@ class JobListener:
 
     @classmethod
     def for_store(
-        cls, store: object, on_due: Callable[[int, int], None], log: logging.Logger
+        cls,
+        store: object,
+        on_due: Callable[[int, int], None],
+        log: logging.Logger,
+        name: str = "dispatcher",
     ) -> JobListener | None:
         """A listener for a PostgreSQL store; None for stores without a database."""
         if not isinstance(store, (SyncStore, AsyncStore)):
             return None
-        return cls(store._runner.conninfo(), store.schema, on_due, log)
+        return cls(store._runner.conninfo(), store.schema, on_due, log, name)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen())
@@ -64,8 +70,8 @@ class JobListener:
                 raise
             except Exception as exc:
                 self.listening.clear()
-                self.log.warning("job listener on %r: %s; polling until it reconnects",
-                                 self.schema, exc)
+                self.log.warning("%s: job listener on %r: %s; polling until it reconnects",
+                                 self.name, self.schema, exc)
                 await asyncio.sleep(RECONNECT_PAUSE)
 
     async def _listen_once(self) -> None:

@@ -129,7 +129,7 @@ class Dispatcher(Runtime):
     async def _prepare(self) -> None:
         await super()._prepare()
         if self._listen and self._listener is None:
-            self._listener = JobListener.for_store(self.store, self._due_at, log)
+            self._listener = JobListener.for_store(self.store, self._due_at, log, self.holder)
             if self._listener is not None:
                 self._listener.start()
 
@@ -164,6 +164,10 @@ class Dispatcher(Runtime):
         keeper = asyncio.ensure_future(self._keep_lease(job))
         try:
             result = await self.call_user(self.dispatch, job)
+        except asyncio.CancelledError:
+            log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
+                        self.holder, job.run_id)
+            raise
         except Exception:
             keeper.cancel()
             await self._retry_later(job)

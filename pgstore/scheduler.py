@@ -29,6 +29,7 @@ import asyncio
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -229,12 +230,15 @@ class Scheduler(Runtime):
         work = asyncio.ensure_future(self._call_handler(task, ctx))
         keeper = asyncio.ensure_future(self._keep_lease(ctx, work))
         status: LastStatus = "ok"
+        started = time.monotonic()
         try:
             await work
         except asyncio.CancelledError:
             # The keeper cancels an async handler whose lease was lost; any other
             # cancellation is the runtime abandoning its work: let it through.
             if not (ctx.lease_lost.is_set() and work.cancelled()):
+                log.warning("%s: %s token %d abandoned at stop; its lease will expire",
+                            self.owner, task.id, ctx.fencing_token)
                 raise
         except Exception:
             status = "error"
@@ -246,7 +250,11 @@ class Scheduler(Runtime):
                         task.id, ctx.fencing_token)
             return
         if self.abandoned:
+            log.warning("%s: %s token %d finished after the grace period; not completing",
+                        self.owner, task.id, ctx.fencing_token)
             return
+        log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id, ctx.fencing_token,
+                 time.monotonic() - started, status)
         try:
             now = await self.now()
             patch = CompletePatch(task.next_run_at(scheduled, now), ctx.started_at, status)
