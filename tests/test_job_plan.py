@@ -1,0 +1,258 @@
+"""The job lease stays cheap however much history the jobs table holds (SPEC §8).
+
+The table is filled with 100,000 dispatched jobs, 5,000 jobs cancelled before
+dispatch and a handful of pending ones, then analysed. The lease statement is
+taken from the installed ``job_lease`` function itself (``pg_proc.prosrc``),
+so these tests follow the function if its body changes. They prove that:
+
+* its plan, both custom (literal values) and generic (``PREPARE`` with
+  ``plan_cache_mode = force_generic_plan``, as a long-lived plpgsql session
+  ends up running it), scans the candidate subquery with the partial index
+  ``jobs_pending_by_dispatch_at`` and has no sequential scan of ``jobs``;
+* the candidate subquery (``SELECT … FOR UPDATE SKIP LOCKED``), run for real,
+  touches fewer than 50 shared buffers (a sequential scan, or a walk of a
+  plain ``dispatch_at`` index through the history, touches hundreds to
+  thousands);
+* ``job_lease`` on that table hands out the due jobs earliest first, ties by
+  run_id in code-point order, takes a lease that ends exactly now, skips a live
+  lease, cancelled, dispatched and future jobs, then answers nothing.
+
+Every test runs in a transaction it rolls back, so the table stays as filled.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgstore.testing import drop_schema, install_schema
+
+PENDING_INDEX = "jobs_pending_by_dispatch_at"
+DISPATCHED = 100_000
+CANCELLED = 5_000
+NOW = 200_000
+TTL = 30_000
+MAX_BUFFERS = 50
+
+# The pending jobs, as (run_id, dispatch_at, lease_holder, lease_until), and the order
+# job_lease must hand them out at NOW.
+PENDING = [
+    ("live-lease", 100, "busy", NOW + 10_000),  # earliest, but its lease is live: skipped
+    ("expires-now", 149_999, "gone", NOW),  # lease_until == now is expired: leasable
+    ("due-a", 150_000, None, None),
+    ("due-B", 150_000, None, None),  # ties with due-a: "due-B" < "due-a" in code points
+    ("due-c", 150_001, None, None),
+    ("due-d", NOW, None, None),  # due exactly now
+    ("future", NOW + 1, None, None),  # not due yet
+]
+LEASE_ORDER = ["expires-now", "due-B", "due-a", "due-c", "due-d"]
+
+
+@pytest.fixture(scope="module")
+def filled_schema(pgstore_database: str) -> Iterator[str]:
+    """A schema whose jobs table holds the history and the pending jobs, analysed."""
+    schema = f"pgstore_plan_{uuid.uuid4().hex[:12]}"
+    install_schema(pgstore_database, schema)
+    try:
+        with psycopg.connect(pgstore_database) as conn:
+            fill(conn, schema, DISPATCHED, CANCELLED)
+            conn.cursor().executemany(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
+                    " VALUES (%s, %s, %s, %s)"
+                ).format(sql.Identifier(schema)),
+                PENDING,
+            )
+            conn.commit()
+            conn.autocommit = True
+            conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+        yield schema
+    finally:
+        drop_schema(pgstore_database, schema)
+
+
+def fill(conn: psycopg.Connection[Any], schema: str, dispatched: int, cancelled: int) -> None:
+    """History in one statement each: dispatched jobs due at 1..n (earlier than every
+    pending job, so a plain dispatch_at index would walk them first) and jobs cancelled
+    before dispatch."""
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until, worker_id,"
+            " dispatched, cancelled)"
+            " SELECT 'done-' || lpad(g::text, 7, '0'), g, 'holder-' || (g %% 7), g + 60000,"
+            " 'bot-' || (g %% 50), true, false FROM generate_series(1, %s) AS g"
+        ).format(sql.Identifier(schema)),
+        [dispatched],
+    )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (run_id, dispatch_at, dispatched, cancelled)"
+            " SELECT 'cancelled-' || lpad(g::text, 7, '0'), g, false, true"
+            " FROM generate_series(1, %s) AS g"
+        ).format(sql.Identifier(schema)),
+        [cancelled],
+    )
+
+
+@pytest.fixture
+def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction on the filled schema, rolled back after the test."""
+    with psycopg.connect(pgstore_database) as connection:
+        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(filled_schema)))
+        try:
+            yield connection
+        finally:
+            connection.rollback()
+
+
+# -- the statement under test ---------------------------------------------------------
+
+
+def lease_statement(conn: psycopg.Connection[Any]) -> str:
+    """The UPDATE in the installed job_lease's body (the one on the search_path)."""
+    row = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE oid = 'job_lease(text, bigint, bigint)'::regprocedure"
+    ).fetchone()
+    assert row is not None
+    found = re.search(r"RETURN\s+QUERY\s+(UPDATE\s+jobs\b.*?);", row[0], re.S | re.I)
+    assert found, f"no `RETURN QUERY UPDATE jobs …;` in job_lease's body:\n{row[0]}"
+    return found.group(1)
+
+
+def candidate_subquery(statement: str) -> str:
+    """The ``SELECT … FOR UPDATE SKIP LOCKED`` that picks the row to lease."""
+    found = re.search(r"\(\s*(SELECT\b.*?SKIP\s+LOCKED)\s*\)", statement, re.S | re.I)
+    assert found, f"no `(SELECT … SKIP LOCKED)` in the lease statement:\n{statement}"
+    return found.group(1)
+
+
+# What job_lease's plpgsql variables hold when it runs at NOW.
+VARIABLES: dict[str, Any] = {"p_holder": "plan-test", "v_now": NOW, "v_until": NOW + TTL}
+
+
+def with_literals(conn: psycopg.Connection[Any], text: str) -> str:
+    """``text`` with each plpgsql variable replaced by its value as a literal."""
+
+    def literal(found: re.Match[str]) -> str:
+        name = found.group(0)
+        assert name in VARIABLES, f"unexpected variable {name} in {text}"
+        return sql.Literal(VARIABLES[name]).as_string(conn)
+
+    return re.sub(r"\b[pv]_\w+\b", literal, text)
+
+
+def prepare_generic(conn: psycopg.Connection[Any], name: str, text: str) -> str:
+    """PREPARE ``text`` with its variables as parameters, force generic plans, and
+    return the ``EXECUTE`` that runs it with the values at NOW."""
+    order: list[str] = []
+
+    def parameter(found: re.Match[str]) -> str:
+        var = found.group(0)
+        assert var in VARIABLES, f"unexpected variable {var} in {text}"
+        if var not in order:
+            order.append(var)
+        return f"${order.index(var) + 1}"
+
+    body = re.sub(r"\b[pv]_\w+\b", parameter, text)
+    conn.execute(f"PREPARE {name} AS {body}")
+    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    values = ", ".join(sql.Literal(VARIABLES[v]).as_string(conn) for v in order)
+    return f"EXECUTE {name}({values})"
+
+
+def explain(conn: psycopg.Connection[Any], options: str, statement: str) -> dict[str, Any]:
+    row = conn.execute(f"EXPLAIN ({options}, FORMAT JSON) {statement}").fetchone()
+    assert row is not None
+    plan: dict[str, Any] = row[0][0]
+    return plan
+
+
+# -- walking the JSON plan ------------------------------------------------------------
+
+
+def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from nodes(child)
+
+
+def subplans(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The InitPlan / SubPlan subtrees (the scalar candidate subquery)."""
+    return [n for n in nodes(node) if n.get("Parent Relationship") in ("InitPlan", "SubPlan")]
+
+
+def seq_scans_of_jobs(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        n for n in nodes(node) if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
+    ]
+
+
+def uses_pending_index(node: dict[str, Any]) -> bool:
+    return any(n.get("Index Name") == PENDING_INDEX for n in nodes(node))
+
+
+def shared_buffers(node: dict[str, Any]) -> int:
+    """Shared buffers hit or read by the whole plan (the top node counts its children)."""
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+
+
+# -- tests ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("plan_kind", ["custom", "generic"])
+def test_lease_scans_the_pending_index_not_the_table(
+    conn: psycopg.Connection[Any], plan_kind: str
+) -> None:
+    statement = lease_statement(conn)
+    if plan_kind == "custom":
+        to_explain = with_literals(conn, statement)
+    else:
+        to_explain = prepare_generic(conn, "lease_generic", statement)
+    plan = explain(conn, "COSTS true", to_explain)["Plan"]
+
+    assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
+    candidates = subplans(plan)
+    assert candidates, f"no InitPlan/SubPlan for the candidate subquery in\n{plan}"
+    assert any(uses_pending_index(sub) for sub in candidates), (
+        f"the candidate subquery does not use {PENDING_INDEX}:\n{candidates}"
+    )
+
+
+@pytest.mark.parametrize("plan_kind", ["custom", "generic"])
+def test_lease_candidate_query_reads_few_buffers(
+    conn: psycopg.Connection[Any], plan_kind: str
+) -> None:
+    subquery = candidate_subquery(lease_statement(conn))
+    if plan_kind == "custom":
+        to_explain = with_literals(conn, subquery)
+    else:
+        to_explain = prepare_generic(conn, "pick_generic", subquery)
+    plan = explain(conn, "ANALYZE, BUFFERS, TIMING false", to_explain)["Plan"]
+
+    assert plan["Actual Rows"] == 1, f"the candidate query found no row:\n{plan}"
+    buffers = shared_buffers(plan)
+    assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for one lease candidate:\n{plan}"
+    assert uses_pending_index(plan), f"{PENDING_INDEX} not used:\n{plan}"
+    assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
+
+
+def test_job_lease_hands_out_due_jobs_earliest_first(conn: psycopg.Connection[Any]) -> None:
+    leased: list[str] = []
+    for _ in range(len(LEASE_ORDER) + 1):
+        rows = conn.execute(
+            "SELECT run_id, lease_holder, lease_until FROM job_lease('plan-test', %s, %s)",
+            [NOW, TTL],
+        ).fetchall()
+        assert len(rows) <= 1
+        if not rows:
+            break
+        run_id, holder, until = rows[0]
+        assert (holder, until) == ("plan-test", NOW + TTL)
+        leased.append(run_id)
+    assert leased == LEASE_ORDER, f"leased {leased}, expected {LEASE_ORDER}"
