@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,lint]'
+	$(BIN)/pip install -q -e '.[test,lint,demo]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -24,7 +24,8 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/python tools/plpgsql_check.py
 
-## The main job: migrate, then claim, renew and complete on the embedded default.
+## The main job: 3 schedulers and 3 dispatchers in their own processes, one frozen and one
+## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.
 demo: venv
 	$(BIN)/python -m pgstore.demo
 
