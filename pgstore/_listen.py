@@ -47,11 +47,13 @@ class JobListener:
         on_due: Callable[[int, int], None],
         log: logging.Logger,
         name: str = "dispatcher",
+        conninfo: str | None = None,
     ) -> JobListener | None:
-        """A listener for a PostgreSQL store; None for stores without a database."""
+        """A listener for a PostgreSQL store (on ``conninfo``, else the store's database);
+        None for stores without a database."""
         if not isinstance(store, (SyncStore, AsyncStore)):
             return None
-        return cls(store._runner.conninfo(), store.schema, on_due, log, name)
+        return cls(conninfo or store._runner.conninfo(), store.schema, on_due, log, name)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen())

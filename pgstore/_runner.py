@@ -9,9 +9,10 @@ psycopg_pool pool (each call borrows a connection; the pool commits).
 from __future__ import annotations
 
 import asyncio
+import select
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, Generic, TypeVar, Union
 
 import psycopg
@@ -35,6 +36,14 @@ AsyncSource = Union[str, "psycopg.AsyncConnection[Any]", "AsyncConnectionPool[An
 #: Pool bounds of a store built from a conninfo string.
 OWNED_POOL_MIN = 1
 OWNED_POOL_MAX = 8
+
+#: The store's statements are never prepared server-side, whatever the connection's
+#: ``prepare_threshold``: a named prepared statement lives in one server session, which
+#: PgBouncer in transaction pooling mode (before 1.21's ``max_prepared_statements``)
+#: does not keep for a client, so it fails with 26000 / 42P05 there. Each call is one
+#: ``SELECT * FROM fn(...)``: planning it is trivial, and the plans inside the plpgsql
+#: function are cached per server session either way.
+PREPARE = False
 
 
 @contextmanager
@@ -66,6 +75,39 @@ def _pool_conninfo(conninfo: object, kwargs: object) -> str:
 _CONNECTION_SETTINGS = frozenset(
     {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
 )
+
+
+def _has_input(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """True when the server has sent something to this idle connection: what a terminated
+    backend sends (FATAL 57P01, then EOF), or a stray notice. A poll, no round trip."""
+    fd = conn.fileno()
+    if hasattr(select, "poll"):  # select() cannot watch descriptors past FD_SETSIZE
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+def _dead(conn: psycopg.Connection[Any]) -> bool:
+    """A pooled connection known to be dead: closed, or with input that an empty query
+    (a round trip, only then) proves fatal."""
+    if conn.closed:
+        return True
+    if _has_input(conn):
+        with suppress(psycopg.Error):
+            ConnectionPool.check_connection(conn)
+    return conn.closed
+
+
+async def _dead_async(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """``_dead`` for an asyncio connection."""
+    if conn.closed:
+        return True
+    if _has_input(conn):
+        with suppress(psycopg.Error):
+            await AsyncConnectionPool.check_connection(conn)
+    return conn.closed
 
 
 class _Runner(Generic[ConnT, PoolT]):
@@ -128,8 +170,17 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
                 if not self._opened:
                     self._pool.open()
                     self._opened = True
-        with self._pool.connection() as conn:
-            yield conn
+        # A connection whose server went away while it sat idle in the pool (backend
+        # terminated, server restarted) is handed back, and the pool replaces it: the
+        # call runs on a live one. psycopg_pool's own ``check=`` would cost a round trip
+        # per call, and sleeps 1 s, 2 s, 4 s... between consecutive dead connections.
+        attempts = self._pool.max_size + 1
+        for attempt in range(attempts):
+            with self._pool.connection() as conn:
+                if attempt + 1 < attempts and _dead(conn):
+                    continue
+                yield conn
+                return
 
     def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
@@ -138,7 +189,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
             self._connection() as conn,
             conn.cursor(row_factory=tuple_row) as cur,
         ):
-            cur.execute(query, call.args)
+            cur.execute(query, call.args, prepare=PREPARE)
             rows = cur.fetchall()
         return call.decode(rows)
 
@@ -169,14 +220,19 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
                 if not self._opened:
                     await self._pool.open()
                     self._opened = True
-        async with self._pool.connection() as conn:
-            yield conn
+        attempts = self._pool.max_size + 1  # see SyncRunner._connection
+        for attempt in range(attempts):
+            async with self._pool.connection() as conn:
+                if attempt + 1 < attempts and await _dead_async(conn):
+                    continue
+                yield conn
+                return
 
     async def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
         with translated_errors(self.schema):
             async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(query, call.args)
+                await cur.execute(query, call.args, prepare=PREPARE)
                 rows = await cur.fetchall()
         return call.decode(rows)
 

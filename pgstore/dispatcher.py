@@ -78,7 +78,9 @@ class Dispatcher(Runtime):
 
     ``holder`` names this process in leases (default ``dispatcher@host:pid``).
     ``clock`` (epoch ms) defaults to the store's clock. ``poll_interval`` and
-    ``grace_period`` are seconds. ``listen=False`` turns wake-ups off.
+    ``grace_period`` are seconds. ``listen=False`` turns wake-ups off; a conninfo string
+    LISTENs there instead of on the store's database (behind PgBouncer in transaction
+    mode, give it a direct connection to the server: LISTEN needs a session).
     """
 
     log = log
@@ -96,7 +98,7 @@ class Dispatcher(Runtime):
         grace_period: float = 10.0,
         backoff: Backoff | None = None,
         clock: Clock | None = None,
-        listen: bool = True,
+        listen: bool | str = True,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -128,8 +130,11 @@ class Dispatcher(Runtime):
 
     async def _prepare(self) -> None:
         await super()._prepare()
-        if self._listen and self._listener is None:
-            self._listener = JobListener.for_store(self.store, self._due_at, log, self.holder)
+        if self._listen is not False and self._listener is None:
+            self._listener = JobListener.for_store(
+                self.store, self._due_at, log, self.holder,
+                conninfo=self._listen if isinstance(self._listen, str) else None,
+            )
             if self._listener is not None:
                 self._listener.start()
 

