@@ -84,6 +84,8 @@ def claim_next(
     v.integer("now", now)
     v.integer("lease_ms", lease_ms)
     v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    if isinstance(limit, int) and limit <= 0:
+        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
     v.text_list("ids", ids)
     args = (owner, now, lease_ms, limit, None if ids is None else list(ids))
     return Call(CLAIM_NEXT, args, _rows.claim_results)

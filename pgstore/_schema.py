@@ -22,9 +22,14 @@ DEFAULT_SCHEMA = "pgstore"
 
 
 def check_schema(schema: object) -> str:
-    """A schema name: a non-empty string PostgreSQL accepts as an identifier."""
-    if not isinstance(schema, str) or schema == "" or "\x00" in schema or len(schema) > 63:
-        raise InvalidArgument("schema must be a non-empty identifier of at most 63 characters")
+    """A schema (or role) name PostgreSQL keeps as given: a non-empty string of at most 63
+    bytes of UTF-8 (longer identifiers are silently truncated by the server), no NUL."""
+    try:
+        size = len(schema.encode()) if isinstance(schema, str) else 0
+    except UnicodeEncodeError:
+        size = 0
+    if not isinstance(schema, str) or "\x00" in schema or not 0 < size <= 63:
+        raise InvalidArgument("schema must be a non-empty identifier of at most 63 bytes")
     return schema
 
 

@@ -23,13 +23,19 @@ _S = TypeVar("_S", bound=str)
 
 
 def text(param: str, value: object) -> None:
-    """A string (or None) that PostgreSQL can store: no NUL character."""
+    """A string (or None) that PostgreSQL can store: no NUL character, and valid
+    Unicode (no lone surrogate, which UTF-8 cannot encode)."""
     if value is None:
         return
     if not isinstance(value, str):
         raise InvalidArgument(f"{param} must be a string, not {type(value).__name__}")
     if "\x00" in value:
         raise InvalidArgument(f"{param} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{param} must not contain lone surrogates") from None
 
 
 def integer(param: str, value: object, *, maximum: int = BIGINT_MAX) -> None:

@@ -34,16 +34,25 @@ BEGIN
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
 
-    INSERT INTO schedules AS s (id, kind, spec, next_run_at, fencing_token, updated_at)
-    VALUES (p_id, p_kind, p_spec, p_next_run_at,
-            coalesce((SELECT f.fencing_token FROM schedule_fences f WHERE f.id = p_id), 0),
-            v_now)
-    ON CONFLICT (id) DO UPDATE
-        SET kind = excluded.kind,
-            spec = excluded.spec,
-            next_run_at = excluded.next_run_at,
-            updated_at = excluded.updated_at
-        WHERE (s.kind, s.spec) IS DISTINCT FROM (excluded.kind, excluded.spec);
+    -- An id of at most 1024 characters can still exceed the btree's limit on
+    -- index entries (about 2700 bytes once compressed: long runs of
+    -- incompressible multibyte characters). That is bad input, not a crash.
+    BEGIN
+        INSERT INTO schedules AS s (id, kind, spec, next_run_at, fencing_token, updated_at)
+        VALUES (p_id, p_kind, p_spec, p_next_run_at,
+                coalesce((SELECT f.fencing_token FROM schedule_fences f WHERE f.id = p_id), 0),
+                v_now)
+        ON CONFLICT (id) DO UPDATE
+            SET kind = excluded.kind,
+                spec = excluded.spec,
+                next_run_at = excluded.next_run_at,
+                updated_at = excluded.updated_at
+            WHERE (s.kind, s.spec) IS DISTINCT FROM (excluded.kind, excluded.spec);
+    EXCEPTION WHEN program_limit_exceeded THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'id is too long to index: at most about 2700 bytes of UTF-8';
+    END;
     -- ON CONFLICT locks the existing row even when it is left untouched.
 
     -- A schedule_delete that committed while the INSERT waited on its row

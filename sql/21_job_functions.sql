@@ -29,10 +29,19 @@ BEGIN
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_present('dispatch_at', p_dispatch_at);
 
-    INSERT INTO jobs AS j (run_id, dispatch_at)
-    VALUES (p_run_id, p_dispatch_at)
-    ON CONFLICT (run_id) DO UPDATE
-        SET dispatch_at = excluded.dispatch_at;
+    -- An id of at most 1024 characters can still exceed the btree's limit on
+    -- index entries (about 2700 bytes once compressed: long runs of
+    -- incompressible multibyte characters). That is bad input, not a crash.
+    BEGIN
+        INSERT INTO jobs AS j (run_id, dispatch_at)
+        VALUES (p_run_id, p_dispatch_at)
+        ON CONFLICT (run_id) DO UPDATE
+            SET dispatch_at = excluded.dispatch_at;
+    EXCEPTION WHEN program_limit_exceeded THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'run_id is too long to index: at most about 2700 bytes of UTF-8';
+    END;
 
     -- Delivered at commit. Only scheduling notifies: a NOTIFY on the lease,
     -- renew or dispatch path would serialise every commit in the database.

@@ -306,6 +306,7 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("claim_next", "lease_ms", ("w", 100, 0, 1)),
     ("claim_next", "limit", ("w", 100, LEASE, 0)),
     ("claim_next", "limit", ("w", 100, LEASE, None)),
+    ("claim_next", "limit", ("w", 100, LEASE, -(2**40))),  # below integer's range: still 22023
     ("claim_next", "ids", ("w", 100, LEASE, 1, ["t", ""])),
     ("claim_next", "ids", ("w", 100, LEASE, 1, ["t", None])),
     ("claim_next", "ids", ("w", 100, LEASE, 1, [LONG])),

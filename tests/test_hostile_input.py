@@ -1,0 +1,612 @@
+"""Hostile input: arbitrary values thrown at every SQL function and every store method.
+
+SQL level: each function of the schema, called as plain SQL with arguments of
+its declared types drawn by hypothesis: text with control characters, NUL,
+unicode, SQL fragments and lengths up to 5,000 characters; bigints and
+integers across their whole range, at the bounds, past them, and NULL; text[]
+with NULL and empty elements, empty and two-dimensional. The only answers
+allowed are success, SQLSTATE 22023 or 22003, or (for a NUL character) the
+driver's own refusal to send it (``psycopg.DataError``, nothing sent). After a
+rejected call the tables are unchanged; after a successful one they still
+hold the invariants the functions promise.
+
+Python level: every method of the PostgreSQL stores (sync and asyncio) and of
+the memory stores, with values of any Python type (None, bools, floats, bytes,
+lists, dicts, huge ints, NUL and lone-surrogate strings, ...): the only error
+allowed is ``InvalidArgument`` with sqlstate 22023 or 22003, a rejected call
+changes nothing, and the three stores agree on accepting or rejecting each call
+(the two PostgreSQL stores on the sqlstate too).
+
+Finally the server must still be the one the module started with (no backend
+crash restarted it). The counts of inputs tried and outcomes seen are printed
+at the end of the module (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from pgstore import (
+    AsyncPgJobStore,
+    AsyncPgScheduleStore,
+    CancelResult,
+    CompletePatch,
+    InvalidArgument,
+    MemoryJobStore,
+    MemoryScheduleStore,
+    PgJobStore,
+    PgScheduleStore,
+)
+from pgstore.testing import drop_schema, install_schema
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = 120
+DOCUMENTED = {"22023", "22003"}
+HOSTILE = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow, HealthCheck.data_too_large,
+    ],
+)
+
+#: Inputs tried, and outcomes seen (one per store called), by level; printed at the end.
+INPUTS: Counter[str] = Counter()
+STATS: dict[str, Counter[str]] = {"sql": Counter(), "python": Counter()}
+
+# --- Strategies --------------------------------------------------------------------
+
+FRAGMENTS = [
+    "'); DROP TABLE schedules; --",
+    "x'; DELETE FROM jobs WHERE 'a'='a",
+    "' OR '1'='1",
+    "$$; SELECT pg_sleep(10); $$",
+    "\\", "\\\\'", '"', "%s", "%(id)s", "{}", "{a,b}", "NULL", "null", "",
+    " ", "\t", "\n", "\r\n", "\x1b[31m", "\x7f", "\u202e", "\ufeff", "\u200b",
+    "é", "😀", "\U0001d54f", "\U0010ffff", "\x01\x02\x03", "a\x00b",
+]
+SEED_IDS = ["s-due", "s-leased", "s-gone", "s-tomb"]
+SEED_JOBS = ["j-due", "j-leased", "j-done", "j-cancelled"]
+NAMES = [*SEED_IDS, *SEED_JOBS, "w1", "w2", "cron", "interval", "once", "ok", "error"]
+
+# NUL only now and then (psycopg refuses it before sending: see test_nul_*).
+no_nul = st.characters(exclude_characters="\x00", exclude_categories=("Cs",))
+
+
+def _repeated(piece: str, length: int) -> str:
+    return (piece * (length // len(piece) + 1))[:length]
+
+
+def _scrambled(length: int, seed: int) -> str:
+    """``length`` 4-byte characters that do not compress (a btree key's size is its
+    compressed size)."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x10000, 0x110000)) for _ in range(length))
+
+
+texts = st.one_of(
+    st.sampled_from(FRAGMENTS),
+    st.sampled_from(NAMES),
+    st.text(no_nul, max_size=40),  # any code point but surrogates and NUL: controls, ...
+    # Long: around the 1024-character limit, and up to 5,000 (cheaper to draw repeated).
+    # (Lone surrogates are not text for the driver at all: the Python level tries them.)
+    st.builds(_repeated, st.text(no_nul, min_size=1, max_size=12),
+              st.one_of(st.integers(1020, 1030), st.integers(1000, 5000))),
+    st.builds(_scrambled, st.integers(600, 1030), st.integers(0, 2**32)),
+)
+BIGINT_EDGES = [0, 1, -1, 2**63 - 1, -(2**63), 2**62, -(2**62), 2**31, -(2**31) - 1, 10**13]
+bigints = st.one_of(
+    st.none(),
+    st.sampled_from(BIGINT_EDGES),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-2000, 2000),
+    st.sampled_from([2**63, -(2**63) - 1, 2**64, -(10**30)]),  # past the type: the cast's 22003
+)
+integers = st.one_of(
+    st.none(),
+    st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31), 2**31, -(2**31) - 1, 2**40]),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-5, 10),
+)
+text_or_null = st.one_of(st.none(), texts)
+text_arrays = st.one_of(
+    st.none(),
+    st.lists(text_or_null, max_size=6),
+    st.lists(st.lists(text_or_null, min_size=2, max_size=2), min_size=1, max_size=3),
+)
+
+
+def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
+    if type_ == "text":
+        drawn = text_or_null
+        return drawn
+    if type_ == "bigint":
+        return bigints
+    if type_ == "integer":
+        return integers
+    if type_ == "text[]":
+        return text_arrays
+    raise AssertionError(f"no strategy for {name} {type_}: add one")
+
+
+# --- The SQL level -----------------------------------------------------------------
+
+#: Every function a client calls (the check_* helpers are internal and not granted).
+SQL_FUNCTIONS = [
+    "schedule_get", "schedule_register", "schedule_claim_due", "schedule_renew",
+    "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
+    "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
+    "job_release", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
+    "now_ms", "schema_revision",
+]
+
+STATE_SQL = """
+SELECT (SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY s.id), '')) FROM {s}.schedules s),
+       (SELECT md5(coalesce(string_agg(f::text, '|' ORDER BY f.id), '')) FROM {s}.schedule_fences f),
+       (SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY j.run_id), '')) FROM {s}.jobs j)
+"""
+
+#: Rows that break a promise of the functions; each query must return no row.
+INVARIANTS = {
+    "schedule lease fields": "SELECT id FROM {s}.schedules"
+    " WHERE (lease_owner IS NULL) <> (lease_until IS NULL)",
+    "schedule names": "SELECT id FROM {s}.schedules WHERE length(id) NOT BETWEEN 1 AND 1024"
+    " OR length(lease_owner) NOT BETWEEN 1 AND 1024",
+    "token below its fence": "SELECT id FROM {s}.schedules JOIN {s}.schedule_fences f USING (id)"
+    " WHERE schedules.fencing_token < f.fencing_token",
+    "negative token": "SELECT id FROM {s}.schedules WHERE fencing_token < 0"
+    " UNION ALL SELECT id FROM {s}.schedule_fences WHERE fencing_token < 0",
+    "job lease fields": "SELECT run_id FROM {s}.jobs"
+    " WHERE (lease_holder IS NULL) <> (lease_until IS NULL)"
+    " OR (dispatched AND lease_holder IS NULL) OR (worker_id IS NOT NULL AND NOT dispatched)",
+    "job names": "SELECT run_id FROM {s}.jobs WHERE length(run_id) NOT BETWEEN 1 AND 1024"
+    " OR length(lease_holder) NOT BETWEEN 1 AND 1024 OR length(worker_id) > 1024",
+}
+
+
+@dataclass
+class Database:
+    """The module's schema on the test server, and one autocommit connection to it."""
+
+    dsn: str
+    schema: str
+    conn: psycopg.Connection[Any]
+
+    def q(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(s=sql.Identifier(self.schema))
+
+    def state(self) -> tuple[Any, ...]:
+        row = self.conn.execute(self.q(STATE_SQL)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    def broken_invariants(self) -> list[Any]:
+        union = " UNION ALL ".join(
+            f"(SELECT {name!r} AS broken, x.key FROM ({query}) AS x(key) LIMIT 3)"
+            for name, query in INVARIANTS.items()
+        )
+        return self.conn.execute(self.q(union)).fetchall()
+
+
+def seed(store: Any, jobs: Any) -> None:
+    """A little of every state: due, leased, deleted (a fence), tombstone; due, leased,
+    dispatched and cancelled jobs. Later successful calls add and change more."""
+    store.register("s-due", "interval", "1000", 0, 0)
+    store.register("s-leased", "cron", "* * * * *", 0, 0)
+    store.claim_due("s-leased", "w1", 10, 10**9)
+    store.register("s-gone", "once", "0", 0, 0)
+    store.claim_due("s-gone", "w1", 10, 5)
+    store.delete("s-gone")
+    store.register("s-tomb", "once", "0", None, 0)
+    for run_id in SEED_JOBS:
+        jobs.schedule(run_id, 0)
+    for holder in ("w1", "w2", "w3"):
+        jobs.lease(holder, 10, 10**9)  # j-cancelled, j-done, j-due, in lease order
+    jobs.mark_dispatched("j-done", "w2", "bot")
+    jobs.cancel("j-cancelled")
+    jobs.release("j-due", "w3", 0)
+
+
+@pytest.fixture(scope="module")
+def db(pgstore_database: str) -> Iterator[Database]:
+    schema = f"pgstore_hostile_{uuid.uuid4().hex[:12]}"
+    install_schema(pgstore_database, schema)
+    conn = psycopg.connect(pgstore_database, autocommit=True)
+    seed(PgScheduleStore(conn, schema=schema), PgJobStore(conn, schema=schema))
+    try:
+        yield Database(pgstore_database, schema, conn)
+    finally:
+        conn.close()
+        drop_schema(pgstore_database, schema)
+
+
+@pytest.fixture(scope="module")
+def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
+    """Each function's parameters (name, declared type), from the catalog."""
+    rows = db.conn.execute(
+        """
+        SELECT p.proname,
+               (coalesce(p.proargnames, '{}'))[1:p.pronargs],  -- inputs, not TABLE columns
+               ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t)
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
+        """,
+        (db.schema,),
+    ).fetchall()
+    return {name: list(zip(names, types, strict=True)) for name, names, types in rows}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server_survives(db: Database) -> Iterator[None]:
+    """The server is the one the module started with (a crashed backend restarts it),
+    and the module's connection is still the same live backend."""
+    started, pid = db.conn.execute(
+        "SELECT pg_postmaster_start_time(), pg_backend_pid()").fetchone() or (None, None)
+    yield
+    print("\nhostile input, inputs tried and outcomes by kind:")
+    for level, counts in STATS.items():
+        print(f"  {level}: {INPUTS[level]} inputs, {sum(counts.values())} outcomes: "
+              f"{dict(sorted(counts.items()))}")
+    assert db.conn.execute(
+        "SELECT pg_postmaster_start_time(), pg_backend_pid()").fetchone() == (started, pid)
+
+
+def test_every_client_function_is_covered(signatures: dict[str, list[tuple[str, str]]]) -> None:
+    assert sorted(signatures) == sorted(SQL_FUNCTIONS)
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+@pytest.mark.parametrize("function", SQL_FUNCTIONS)
+@HOSTILE
+@given(data=st.data())
+def test_sql_function_answers_only_documented_errors(
+    db: Database, signatures: dict[str, list[tuple[str, str]]], function: str, data: st.DataObject
+) -> None:
+    params = signatures[function]
+    args = [data.draw(sql_argument(name, type_), label=name) for name, type_ in params]
+    call = sql.SQL("SELECT * FROM {}.{}({})").format(
+        sql.Identifier(db.schema), sql.Identifier(function),
+        sql.SQL(", ").join(sql.SQL("%s::" + type_) for _, type_ in params),
+    )
+    before = db.state()
+    INPUTS["sql"] += 1
+    try:
+        db.conn.execute(call, args).fetchall()
+    except psycopg.Error as exc:
+        if exc.sqlstate in DOCUMENTED:
+            outcome = exc.sqlstate
+        elif isinstance(exc, psycopg.DataError) and exc.sqlstate is None and _has_nul(args):
+            outcome = "driver refused NUL"
+        else:
+            raise AssertionError(
+                f"{function}{tuple(args)!r:.500} answered {exc.sqlstate} "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        STATS["sql"][outcome] += 1
+        assert db.state() == before, f"a rejected {function} call changed the tables"
+        return
+    STATS["sql"]["ok"] += 1
+    assert db.broken_invariants() == []
+
+
+def test_nul_never_reaches_a_function(db: Database) -> None:
+    """PostgreSQL text cannot hold NUL. psycopg refuses to send it (client side, no
+    SQLSTATE); the server's ways of making one fail before any function runs."""
+    before = db.state()
+    call = db.q("SELECT * FROM {s}.schedule_register(%s::text, 'once', '0', 0, 0)")
+    with pytest.raises(psycopg.DataError, match="NUL") as refused:
+        db.conn.execute(call, ["a\x00b"])
+    assert refused.value.sqlstate is None
+    attempts = {
+        "convert_from('\\x6100'::bytea, 'UTF8')": "22021",  # invalid byte sequence
+        "chr(0)": "54000",  # null character not permitted
+        "E'a\\x00b'": "22021",
+    }
+    for expression, sqlstate in attempts.items():
+        with pytest.raises(psycopg.Error) as failed:
+            db.conn.execute(
+                db.q("SELECT * FROM {s}.schedule_register(" + expression + ", 'once', '0', 0, 0)")
+            )
+        assert failed.value.sqlstate == sqlstate, expression
+    assert db.state() == before
+
+
+def _incompressible_4_byte_id(length: int = 1024) -> str:
+    return "".join(chr(0x10000 + (i * 7919) % 0xF0000) for i in range(length))
+
+
+@pytest.mark.parametrize("call", [
+    "SELECT * FROM {s}.schedule_register(%s, 'once', '0', 0, 0)",
+    "SELECT * FROM {s}.job_schedule(%s, 0)",
+])
+def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_sql(db: Database, call: str) -> None:
+    # 1024 incompressible 4-byte characters pass check_name but cannot fit a btree
+    # entry: 22023 naming the parameter, nothing changed.
+    before = db.state()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="too long to index"):
+        db.conn.execute(db.q(call), [_incompressible_4_byte_id()]).fetchall()
+    assert db.state() == before
+    # 1024 of one 4-byte character compress: exactly 1024 is fine.
+    db.conn.execute(db.q(call), ["\U0001F600" * 1024]).fetchall()
+
+
+@pytest.mark.parametrize("method", ["register", "schedule"])
+def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_python(
+    db: Database, method: str
+) -> None:
+    key = _incompressible_4_byte_id()
+    with pytest.raises(InvalidArgument) as raised:
+        if method == "register":
+            PgScheduleStore(db.conn, schema=db.schema).register(key, "once", "0", 0, 0)
+        else:
+            PgJobStore(db.conn, schema=db.schema).schedule(key, 0)
+    assert raised.value.sqlstate == "22023"
+
+
+@pytest.mark.parametrize("schema", ["pgstore\ud800", "é" * 32, "", "a\x00b"])
+def test_a_schema_name_postgres_would_not_keep_is_rejected(db: Database, schema: str) -> None:
+    with pytest.raises(InvalidArgument, match="at most 63 bytes"):
+        PgScheduleStore(db.conn, schema=schema)
+    assert PgScheduleStore(db.conn, schema="é" * 31).schema == "é" * 31  # 62 bytes: fine
+
+
+# --- The Python level --------------------------------------------------------------
+
+
+class Color(Enum):
+    RED = "s-due"
+
+
+class Small(IntEnum):
+    ONE = 1
+
+
+class Text(str):
+    """A str subclass: a str for every purpose."""
+
+
+def _indexable(value: object) -> bool:
+    """False for a name check_name accepts but no btree entry can hold (more than about
+    2,000 bytes of incompressible UTF-8): PostgreSQL rejects it (22023, see
+    test_long_multibyte_id_*), the memory store, which has no index, keeps it. That is
+    the one accept/reject difference between them, so the cross-store comparison
+    below does not draw such values."""
+    return not (isinstance(value, str) and len(value) <= 1024
+                and len(value.encode("utf-8", "surrogatepass")) > 2000)
+
+
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**63 - 3, max_value=2**80),
+    st.integers(min_value=-(2**80), max_value=-(2**63) + 3),
+    st.floats(),
+    st.binary(max_size=8),
+    st.text(max_size=20),
+    st.sampled_from(["a\x00b", "\x00", "\ud800", "a\udfffb", "\U0001F600\ud83d"]),
+    texts,
+    st.lists(st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=3),
+    st.tuples(st.text(max_size=5)),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sampled_from([
+        float("nan"), float("inf"), 1.0, 1.5, complex(1, 1), b"s-due", bytearray(b"x"),
+        memoryview(b"x"), object(), Color.RED, Small.ONE, Text("s-due"), CancelResult.CANCELLED,
+        {"s-due"}, frozenset(), range(3), ..., NotImplemented, type, print,
+    ]),
+).filter(_indexable)
+
+ids = st.one_of(st.sampled_from(SEED_IDS), st.text(min_size=1, max_size=8))
+run_ids = st.one_of(st.sampled_from(SEED_JOBS), st.text(min_size=1, max_size=8))
+names = st.sampled_from(["w1", "w2", "w3"])
+times = st.one_of(st.none(), st.integers(-(10**6), 10**13))
+positives = st.integers(1, 10**9)
+statuses = st.sampled_from(["ok", "error"])
+patches = st.one_of(
+    st.builds(CompletePatch, times, st.integers(0, 10**13), statuses),
+    st.builds(CompletePatch, anything, anything, anything),
+)
+
+
+def hostile(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Half the time a value the parameter accepts, half the time anything at all."""
+    return st.one_of(valid, anything)
+
+
+SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
+    "get": [ids],
+    "register": [ids, st.sampled_from(["cron", "interval", "once"]), st.text(max_size=20),
+                 times, times],
+    "claim_due": [ids, names, times, positives],
+    "renew": [ids, st.integers(0, 5), times],
+    "complete": [ids, st.integers(0, 5), patches, times],
+    "delete": [ids],
+    "list": [],
+    "claim_next": [names, times, positives, st.integers(1, 5),
+                   st.one_of(st.none(), st.lists(ids, max_size=4))],
+    "now_ms": [],
+}
+JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
+    "schedule": [run_ids, times],
+    "lease": [names, times, positives],
+    "renew": [run_ids, names, times, positives],
+    "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10))],
+    "release": [run_ids, names, times],
+    "cancel": [run_ids],
+    "get": [run_ids],
+    "list_dispatched": [],
+    "remove": [run_ids],
+    "now_ms": [],
+}
+#: Methods that take no per-call value worth drawing (lifecycle).
+LIFECYCLE = {"start", "close", "schema"}
+
+
+@dataclass
+class Stores:
+    """One family (schedules or jobs): the sync, asyncio and memory stores, and ways to
+    read each one's whole state."""
+
+    sync: Any
+    asyncio: Any
+    memory: Any
+    loop: asyncio.AbstractEventLoop
+    pg_state: Callable[[], tuple[Any, ...]]
+    memory_state: Callable[[], Any]
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    event_loop = asyncio.new_event_loop()
+    yield event_loop
+    event_loop.close()
+
+
+@pytest.fixture(scope="module")
+def async_conn(
+    db: Database, loop: asyncio.AbstractEventLoop
+) -> Iterator[psycopg.AsyncConnection[Any]]:
+    conn = loop.run_until_complete(psycopg.AsyncConnection.connect(db.dsn, autocommit=True))
+    yield conn
+    loop.run_until_complete(conn.close())
+
+
+def _seeded_memory() -> tuple[MemoryScheduleStore, MemoryJobStore]:
+    schedules, jobs = MemoryScheduleStore(), MemoryJobStore()
+    seed(schedules, jobs)
+    return schedules, jobs
+
+
+@pytest.fixture(scope="module")
+def schedule_stores(
+    db: Database, async_conn: psycopg.AsyncConnection[Any], loop: asyncio.AbstractEventLoop
+) -> Stores:
+    memory, _ = _seeded_memory()
+    return Stores(
+        PgScheduleStore(db.conn, schema=db.schema),
+        AsyncPgScheduleStore(async_conn, schema=db.schema),
+        memory, loop, db.state,
+        lambda: (dict(memory._records), dict(memory._fences)),
+    )
+
+
+@pytest.fixture(scope="module")
+def job_stores(
+    db: Database, async_conn: psycopg.AsyncConnection[Any], loop: asyncio.AbstractEventLoop
+) -> Stores:
+    _, memory = _seeded_memory()
+    return Stores(
+        PgJobStore(db.conn, schema=db.schema),
+        AsyncPgJobStore(async_conn, schema=db.schema),
+        memory, loop, db.state, lambda: memory.list_all(),
+    )
+
+
+def _outcome(call: Callable[[], Any]) -> str:
+    """"ok", or the sqlstate of the InvalidArgument raised; any other exception escapes."""
+    try:
+        call()
+    except InvalidArgument as exc:
+        assert exc.sqlstate in DOCUMENTED, exc
+        assert str(exc), "InvalidArgument without a message"
+        return exc.sqlstate
+    return "ok"
+
+
+def _check_method(stores: Stores, method: str, args: list[Any]) -> None:
+    INPUTS["python"] += 1
+    outcomes = {}
+    for kind in ("sync", "asyncio", "memory"):
+        store = getattr(stores, kind)
+        read = stores.memory_state if kind == "memory" else stores.pg_state
+        bound = getattr(store, method)
+        if kind == "asyncio":
+            def call(bound: Callable[..., Awaitable[Any]] = bound) -> Any:
+                return stores.loop.run_until_complete(bound(*args))
+        else:
+            def call(bound: Callable[..., Any] = bound) -> Any:
+                return bound(*args)
+        before = read()
+        try:
+            outcome = _outcome(call)
+        except Exception as exc:
+            raise AssertionError(
+                f"{type(store).__name__}.{method}{tuple(args)!r:.500} raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if outcome != "ok":
+            assert read() == before, f"a rejected {type(store).__name__}.{method} changed state"
+        outcomes[kind] = outcome
+        STATS["python"][outcome] += 1
+    # Which error wins when several arguments are bad is not part of the contract (the
+    # PostgreSQL stores check types before values), so the stores agree on accepting or
+    # rejecting; the two PostgreSQL stores, one code path, on the sqlstate too.
+    assert outcomes["sync"] == outcomes["asyncio"], f"{method}{tuple(args)!r:.300}: {outcomes}"
+    assert (outcomes["sync"] == "ok") == (outcomes["memory"] == "ok"), (
+        f"{method}{tuple(args)!r:.300}: {outcomes}"
+    )
+
+
+def test_every_public_method_is_covered() -> None:
+    def public(cls: type) -> set[str]:
+        return {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")} - LIFECYCLE
+
+    for cls in (PgScheduleStore, AsyncPgScheduleStore, MemoryScheduleStore):
+        assert public(cls) == set(SCHEDULE_METHODS), cls
+    for cls in (PgJobStore, AsyncPgJobStore):
+        assert public(cls) == set(JOB_METHODS), cls
+    assert public(MemoryJobStore) == set(JOB_METHODS) | {"forget", "list_all"}
+
+
+@pytest.mark.parametrize("method", sorted(SCHEDULE_METHODS))
+@HOSTILE
+@given(data=st.data())
+def test_schedule_methods_raise_only_invalid_argument(
+    schedule_stores: Stores, method: str, data: st.DataObject
+) -> None:
+    args = [data.draw(hostile(s), label=f"arg{i}") for i, s in enumerate(SCHEDULE_METHODS[method])]
+    _check_method(schedule_stores, method, args)
+
+
+@pytest.mark.parametrize("method", sorted(JOB_METHODS))
+@HOSTILE
+@given(data=st.data())
+def test_job_methods_raise_only_invalid_argument(
+    job_stores: Stores, method: str, data: st.DataObject
+) -> None:
+    args = [data.draw(hostile(s), label=f"arg{i}") for i, s in enumerate(JOB_METHODS[method])]
+    _check_method(job_stores, method, args)
+
+
+@HOSTILE
+@given(run_id=anything)
+def test_memory_forget_raises_only_invalid_argument(run_id: Any) -> None:
+    _, memory = _seeded_memory()
+    before = memory.list_all()
+    INPUTS["python"] += 1
+    outcome = _outcome(lambda: memory.forget(run_id))
+    if outcome != "ok":
+        assert memory.list_all() == before
+    STATS["python"][outcome] += 1
