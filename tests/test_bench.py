@@ -1,0 +1,134 @@
+"""``python -m pgstore.bench --quick``: every section of our own runs against the test
+server and writes a results document of the promised shape, with every ratio a positive
+number. Speed is never asserted (the numbers of a quick run mean little); the peers run
+only where their packages (the ``bench`` extra) are installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+OWN_SECTIONS = ["floors", "ops", "naive", "scale", "hot", "wakeup"]
+OPS = ["claim_due", "renew", "complete", "register_unchanged", "claim_next_100", "job_lease",
+       "job_renew", "job_mark_dispatched", "job_cancel"]
+
+
+def _bench(dsn: str, out: Path, *args: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "PGSTORE_DSN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pgstore.bench", "--quick", "--dsn", dsn, "--out", str(out),
+         *args],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "Targets" in done.stdout  # the printed table
+    doc: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return doc
+
+
+def _ratios(node: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every value stored under a key named ``ratio``, anywhere in the document."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if key == "ratio":
+                found.append((where, value))
+            found += _ratios(value, where)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _ratios(value, f"{path}[{i}]")
+    return found
+
+
+def _positive(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _check_ratios(doc: dict[str, Any]) -> int:
+    ratios = _ratios(doc["results"])
+    for where, value in ratios:
+        if isinstance(value, dict):  # a summary of repeats
+            assert value["n"] > 0, where
+            for key in ("median", "min", "max"):
+                assert _positive(value[key]), (where, key, value)
+            assert all(_positive(v) for v in value["repeats"]), (where, value)
+            assert value["min"] <= value["median"] <= value["max"], (where, value)
+        else:
+            assert _positive(value), (where, value)
+    return len(ratios)
+
+
+def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) -> None:
+    doc = _bench(pgstore_database, tmp_path, "--only", ",".join(OWN_SECTIONS))
+    assert doc["errors"] == {}
+    meta = doc["meta"]
+    assert meta["machine"]["nproc"] >= 1
+    assert meta["server"]["server_version_num"] >= 100000
+    assert meta["server"]["fsync"] in ("on", "off")
+    assert sorted(doc["results"]) == sorted(OWN_SECTIONS)
+    res = doc["results"]
+
+    assert _positive(res["floors"]["select1"]["median"])
+    assert _positive(res["floors"]["durable_update"]["median"])
+    assert sorted(res["ops"]["ops"]) == sorted(OPS)
+    for op in OPS:
+        for mode in ("sync", "async", "sql"):
+            assert _positive(res["ops"]["ops"][op][mode]["us"]["median"]), (op, mode)
+            assert res["ops"]["ops"][op][mode]["ratio"]["n"] == 3, (op, mode)  # --quick repeats
+    assert _positive(res["naive"]["naive_transaction"]["us"]["median"])
+    assert set(res["scale"]["cases"]) >= {"job_lease", "claim_due", "claim_next_100_with_ids"}
+    for table, phases in (("schedules", {"claim", "complete"}),
+                          ("jobs", {"lease", "renew", "mark_dispatched"})):
+        shipped = res["hot"][table]["shipped"]
+        assert set(shipped["phases"]) == phases
+        for phase in shipped["phases"].values():
+            assert phase["updates"] == phase["calls"] > 0  # one row version per call
+            assert 0 <= phase["hot_share"] <= 1
+        assert shipped["sizes_after"]["heap"] > 0
+    assert res["wakeup"]["latency_ms"]["n"] == 3
+    assert _positive(res["wakeup"]["notify_cost_us"]["median"]) or \
+        res["wakeup"]["notify_cost_us"]["median"] <= 0  # a difference: any sign, but a number
+
+    assert _check_ratios(doc) > 30
+    names = [t["name"] for t in doc["targets"]]
+    assert any(n.startswith("claim_due (sql)") for n in names)
+    assert any(n.startswith("naive") for n in names)
+    assert any(n.startswith("claims HOT share") for n in names)
+    for target in doc["targets"]:
+        assert _positive(target["measured"]), target
+        assert target["met"] in (True, False), target
+    assert "| operation |" in (tmp_path / "results.md").read_text()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None:
+    for peer in ("procrastinate", "pgqueuer"):
+        if importlib.util.find_spec(peer) is None:
+            pytest.skip(f"{peer} is not installed (the bench extra: pip install -e '.[bench]')")
+    doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "120",
+                 "--workers", "1,2", "--peer-systems", "pgstore,pgstore_sql,procrastinate,pgqueuer",
+                 "--no-chart")
+    assert doc["errors"] == {}
+    peers = doc["results"]["peers"]
+    assert peers["all_checks_ok"]
+    assert sorted(peers["systems"]) == ["pgqueuer", "pgstore", "pgstore_sql", "procrastinate"]
+    for name, per in peers["systems"].items():
+        for w in ("1", "2"):
+            (run,) = per[w]["runs"]
+            assert run["leased"] == run["finished_in_db"] == 120, (name, w, run)
+            assert run["duplicates"] == 0 and run["errors"] == [], (name, w, run)
+            assert sum(run["per_worker"]) == 120 and len(run["per_worker"]) == int(w)
+    assert set(peers["pgstore_over"]) == {"procrastinate", "pgqueuer"}
+    assert _check_ratios(doc) >= 6
