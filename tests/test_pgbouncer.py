@@ -30,6 +30,7 @@ from pgstore import (
     Scheduler,
 )
 from pgstore.testing import PgBouncer, drop_schema
+from tests.wakeup import wake_up_latency
 
 TIMEOUT = 10.0
 
@@ -251,21 +252,7 @@ def test_a_dispatcher_behind_pgbouncer_wakes_through_a_direct_listen_conninfo(
     producer = PgJobStore(bounced, schema=pgstore_schema)
     producer.start()
 
-    async def main() -> float:
-        runner = asyncio.ensure_future(dispatcher.run())
-        while dispatcher._listener is None:
-            await asyncio.sleep(0.01)
-        await asyncio.wait_for(dispatcher._listener.listening.wait(), 10)
-        await asyncio.sleep(0.3)
-        started = time.monotonic()
-        await asyncio.to_thread(producer.schedule, "now", producer.now_ms())
-        await asyncio.to_thread(got.wait, 10)
-        latency = time.monotonic() - started
-        dispatcher.stop()
-        await runner
-        return latency
-
-    latency = asyncio.run(main())
+    latency = wake_up_latency(dispatcher, producer, got)
     producer.close()
     store.close()
     assert got.is_set() and latency < 5.0  # far below the 30 s poll

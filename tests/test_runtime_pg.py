@@ -24,6 +24,7 @@ from pgstore import (
 from pgstore.dispatcher import Dispatcher
 from pgstore.scheduler import RunContext, Scheduler
 from tests.clock import FakeClock
+from tests.wakeup import wake_up_latency
 
 pytestmark = pytest.mark.slow
 
@@ -251,21 +252,7 @@ def test_an_idle_dispatcher_wakes_on_notify(pgstore_database: str, pgstore_schem
     producer = PgJobStore(pgstore_database, schema=pgstore_schema)
     producer.start()
 
-    async def main() -> float:
-        runner = asyncio.ensure_future(dispatcher.run())
-        while dispatcher._listener is None:
-            await asyncio.sleep(0.01)
-        await asyncio.wait_for(dispatcher._listener.listening.wait(), 10)
-        await asyncio.sleep(0.3)  # the dispatcher is idle in its 30 s poll wait
-        started = time.monotonic()
-        await asyncio.to_thread(producer.schedule, "now", producer.now_ms())
-        await asyncio.to_thread(got.wait, 10)
-        latency = time.monotonic() - started
-        dispatcher.stop()
-        await runner
-        return latency
-
-    latency = asyncio.run(main())
+    latency = wake_up_latency(dispatcher, producer, got)
     producer.close()
     store.close()
     print(f"wake-up latency: {latency * 1000:.1f} ms")

