@@ -36,15 +36,17 @@ class Call(Generic[T]):
 
 
 @lru_cache(maxsize=256)
-def statement(schema: str, function: Function) -> sql.Composed:
-    """``SELECT * FROM "schema".function($1::type, ...)``, with explicit casts.
+def statement(schema: str, function: Function) -> str:
+    """``SELECT * FROM "schema".function(%s::type, ...)``, with explicit casts.
 
     The casts pin the argument types (psycopg would otherwise send small
     Python ints as int2 and an empty list untyped) and keep plans stable.
+    Composed once per schema and function: rendering a ``sql.Composed`` at
+    every call cost about as much as the rest of the wrapper.
     """
     placeholders = sql.SQL(", ").join(
         sql.SQL("%s::{}").format(sql.SQL(arg_type)) for arg_type in function.arg_types
     )
     return sql.SQL("SELECT * FROM {}.{}({})").format(
         sql.Identifier(schema), sql.Identifier(function.name), placeholders
-    )
+    ).as_string(None)

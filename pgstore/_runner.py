@@ -37,13 +37,6 @@ AsyncSource = Union[str, "psycopg.AsyncConnection[Any]", "AsyncConnectionPool[An
 OWNED_POOL_MIN = 1
 OWNED_POOL_MAX = 8
 
-#: The store's statements are never prepared server-side, whatever the connection's
-#: ``prepare_threshold``: a named prepared statement lives in one server session, which
-#: PgBouncer in transaction pooling mode (before 1.21's ``max_prepared_statements``)
-#: does not keep for a client, so it fails with 26000 / 42P05 there. Each call is one
-#: ``SELECT * FROM fn(...)``: planning it is trivial, and the plans inside the plpgsql
-#: function are cached per server session either way.
-PREPARE = False
 
 
 @contextmanager
@@ -119,8 +112,15 @@ class _Runner(Generic[ConnT, PoolT]):
         schema: str,
         conn_type: type[ConnT],
         pool_type: type[PoolT],
+        prepare: bool,
     ) -> None:
         self.schema = check_schema(schema)
+        if not isinstance(prepare, bool):
+            raise InvalidArgument("prepare must be True or False")
+        # Never None: None would defer to the connection's prepare_threshold (psycopg
+        # prepares a query at its 5th run), which breaks behind PgBouncer's transaction
+        # pooling (see SyncStore).
+        self.prepare = prepare
         self._conn: ConnT | None = None
         self._pool: PoolT | None = None
         self._owns_pool = False
@@ -155,8 +155,8 @@ class _Runner(Generic[ConnT, PoolT]):
 class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
     """Runs calls for a sync store."""
 
-    def __init__(self, source: SyncSource, schema: str) -> None:
-        super().__init__(source, schema, psycopg.Connection, ConnectionPool)
+    def __init__(self, source: SyncSource, schema: str, prepare: bool) -> None:
+        super().__init__(source, schema, psycopg.Connection, ConnectionPool, prepare)
         self._lock = threading.Lock()
 
     @contextmanager
@@ -189,7 +189,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
             self._connection() as conn,
             conn.cursor(row_factory=tuple_row) as cur,
         ):
-            cur.execute(query, call.args, prepare=PREPARE)
+            cur.execute(query, call.args, prepare=self.prepare)
             rows = cur.fetchall()
         return call.decode(rows)
 
@@ -203,8 +203,8 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
 class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]"]):
     """Runs calls for an asyncio store."""
 
-    def __init__(self, source: AsyncSource, schema: str) -> None:
-        super().__init__(source, schema, psycopg.AsyncConnection, AsyncConnectionPool)
+    def __init__(self, source: AsyncSource, schema: str, prepare: bool) -> None:
+        super().__init__(source, schema, psycopg.AsyncConnection, AsyncConnectionPool, prepare)
         self._lock: asyncio.Lock | None = None
 
     @asynccontextmanager
@@ -232,7 +232,7 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
         query = statement(self.schema, call.function)
         with translated_errors(self.schema):
             async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(query, call.args, prepare=PREPARE)
+                await cur.execute(query, call.args, prepare=self.prepare)
                 rows = await cur.fetchall()
         return call.decode(rows)
 

@@ -1,7 +1,7 @@
 -- pgstore: who may do what.
 --
--- The store's functions run as their owner (SECURITY DEFINER, declared on
--- each function) with search_path pinned to "<schema>, pg_temp", so a caller's
+-- The API functions run as their owner (SECURITY DEFINER, declared on each
+-- function) with search_path pinned to "<schema>, pg_temp", so a caller's
 -- own schemas and temporary objects can never stand in for the store's. No
 -- one but the owner may execute anything or touch the tables directly: the
 -- migration grants EXECUTE on the API functions (not the check_* helpers) and
@@ -35,5 +35,6 @@ REVOKE ALL ON FUNCTION check_name(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_positive(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_present(text, anyelement) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_one_of(text, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION raise_invalid(text) FROM PUBLIC;
 
 REVOKE ALL ON TABLE schedules, schedule_fences, jobs FROM PUBLIC;

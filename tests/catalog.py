@@ -63,3 +63,10 @@ def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[
         name: [tuple(scrub(v) for v in row) for row in conn.execute(query, {"schema": schema})]
         for name, query in QUERIES.items()
     }
+
+
+#: The store's functions that API functions inline: plain SQL (and the plpgsql
+#: raise_invalid they call), neither SECURITY DEFINER nor with a SET clause.
+INLINED_HELPERS = frozenset(
+    {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present", "check_one_of"}
+)

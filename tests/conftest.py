@@ -23,8 +23,9 @@ from pgstore.testing import PgBouncer
 
 #: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
 #: database through the session's pgbouncer in transaction pooling mode (the schema is
-#: installed directly, and the state is read directly).
-STORE_KINDS = ["memory", "pg", "async_pg", "pg_bouncer", "async_pg_bouncer"]
+#: installed directly, and the state is read directly); ``pg_prepared`` is a sync store
+#: built with ``prepare=True``.
+STORE_KINDS = ["memory", "pg", "pg_prepared", "async_pg", "pg_bouncer", "async_pg_bouncer"]
 
 
 def _store_dsn(request: pytest.FixtureRequest, dsn: str) -> str:
@@ -87,8 +88,8 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
     dsn = request.getfixturevalue("pgstore_database")
     store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind in ("pg", "pg_bouncer"):
-        store = PgScheduleStore(store_dsn, schema=schema)
+    if kind in ("pg", "pg_prepared", "pg_bouncer"):
+        store = PgScheduleStore(store_dsn, schema=schema, prepare=kind == "pg_prepared")
         store.start()
         yield StoreUnderTest(store, _pg_fences(dsn, schema))
         store.close()
@@ -135,8 +136,8 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
     dsn = request.getfixturevalue("pgstore_database")
     store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind in ("pg", "pg_bouncer"):
-        store = PgJobStore(store_dsn, schema=schema)
+    if kind in ("pg", "pg_prepared", "pg_bouncer"):
+        store = PgJobStore(store_dsn, schema=schema, prepare=kind == "pg_prepared")
         store.start()
         yield JobStoreUnderTest(store, pg_jobs_state(dsn, schema))
         store.close()

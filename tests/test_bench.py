@@ -82,10 +82,11 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
     assert _positive(res["floors"]["durable_update"]["median"])
     assert sorted(res["ops"]["ops"]) == sorted(OPS)
     for op in OPS:
-        for mode in ("sync", "async", "sql"):
+        for mode in ("sync", "sync_prepared", "async", "async_prepared", "sql"):
             assert _positive(res["ops"]["ops"][op][mode]["us"]["median"]), (op, mode)
             assert res["ops"]["ops"][op][mode]["ratio"]["n"] == 3, (op, mode)  # --quick repeats
     assert _positive(res["naive"]["naive_transaction"]["us"]["median"])
+    assert _positive(res["naive"]["bare_update"]["us"]["median"])
     assert set(res["scale"]["cases"]) >= {"job_lease", "claim_due", "claim_next_100_with_ids"}
     for table, phases in (("schedules", {"claim", "complete"}),
                           ("jobs", {"lease", "renew", "mark_dispatched"})):
@@ -118,17 +119,21 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
         if importlib.util.find_spec(peer) is None:
             pytest.skip(f"{peer} is not installed (the bench extra: pip install -e '.[bench]')")
     doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "120",
-                 "--workers", "1,2", "--peer-systems", "pgstore,pgstore_sql,procrastinate,pgqueuer",
+                 "--workers", "1,2", "--peer-systems",
+                 "pgstore,pgstore_prepared,pgstore_sql,procrastinate,pgqueuer",
                  "--no-chart")
     assert doc["errors"] == {}
     peers = doc["results"]["peers"]
     assert peers["all_checks_ok"]
-    assert sorted(peers["systems"]) == ["pgqueuer", "pgstore", "pgstore_sql", "procrastinate"]
+    assert sorted(peers["systems"]) == [
+        "pgqueuer", "pgstore", "pgstore_prepared", "pgstore_sql", "procrastinate"]
     for name, per in peers["systems"].items():
         for w in ("1", "2"):
             (run,) = per[w]["runs"]
             assert run["leased"] == run["finished_in_db"] == 120, (name, w, run)
             assert run["duplicates"] == 0 and run["errors"] == [], (name, w, run)
             assert sum(run["per_worker"]) == 120 and len(run["per_worker"]) == int(w)
-    assert set(peers["pgstore_over"]) == {"procrastinate", "pgqueuer"}
+    assert set(peers["over"]) == {"pgstore", "pgstore_prepared", "pgstore_sql"}
+    for over in peers["over"].values():
+        assert set(over) == {"procrastinate", "pgqueuer"}
     assert _check_ratios(doc) >= 6

@@ -245,6 +245,7 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t)
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
+           AND p.proname <> 'raise_invalid'  -- the helpers: not granted to clients
         """,
         (db.schema,),
     ).fetchall()

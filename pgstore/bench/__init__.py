@@ -95,8 +95,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
     p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
     p.add_argument("--peer-systems", type=_systems,
-                   help="systems in the peer loop (default pgstore,procrastinate,pgqueuer;"
-                        " pgstore_sql adds our loop straight from SQL)")
+                   help="systems in the peer loop (default pgstore,pgstore_prepared,"
+                        "procrastinate,pgqueuer; pgstore_sql adds our loop straight from SQL)")
     p.add_argument("--hot-cycles", type=_positive,
                    help="claim/complete cycles and leased jobs (default 100000)")
     p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")

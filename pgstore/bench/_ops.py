@@ -5,16 +5,20 @@ trip plus a commit's WAL flush), on the connection the operations use.
 
 Operations: each through the sync wrapper (``PgScheduleStore`` /
 ``PgJobStore`` over that same autocommit connection), the asyncio wrapper (over
-an ``AsyncConnection`` of its own) and straight from SQL (``SELECT * FROM
-schema.fn(...)`` through psycopg). Every call is checked to have really
-written (a claim that claims nothing commits no WAL and would flatter us).
+an ``AsyncConnection`` of its own), both as built by default (statements never
+prepared) and with ``prepare=True``, and straight from SQL (``SELECT * FROM
+schema.fn(...)`` through psycopg, which prepares it from its fifth run).
+Every call is checked to have really written (a claim that claims nothing
+commits no WAL and would flatter us).
 Each repeat times ``calls`` calls of one operation in one mode right after
 ``calls // 2`` floor UPDATEs, and its ratio is taken against that adjacent
 floor, so drifts of the machine's speed cancel out; the figures are medians
 of the repeats, with their min and max.
 
 Naive: the same claim as ``BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT``
-from the client, against ``schedule_claim_due`` from SQL, interleaved.
+from the client, against ``schedule_claim_due`` from SQL, interleaved; and
+the UPDATE that ``schedule_claim_due`` runs, sent bare as a prepared
+statement: what the function's own work (checks, plpgsql) costs on top.
 """
 
 from __future__ import annotations
@@ -115,7 +119,9 @@ class Op:
     share: int = 1  # times 1/share of the calls per repeat (claim_next costs a hundred)
 
 
-MODES = ("sync", "async", "sql")
+#: How each operation is called: the wrappers as built by default, the wrappers with
+#: ``prepare=True``, and the SQL function straight from psycopg.
+MODES = ("sync", "sync_prepared", "async", "async_prepared", "sql")
 
 
 class Fixture:
@@ -127,14 +133,20 @@ class Fixture:
         self.clock = Clock()
         self.sched = PgScheduleStore(conn, schema=schema)
         self.jobs = PgJobStore(conn, schema=schema)
-        self.asched = AsyncPgScheduleStore(aconn, schema=schema)
-        self.ajobs = AsyncPgJobStore(aconn, schema=schema)
+        self.stores = {
+            prepare: (PgScheduleStore(conn, schema=schema, prepare=prepare),
+                      PgJobStore(conn, schema=schema, prepare=prepare),
+                      AsyncPgScheduleStore(aconn, schema=schema, prepare=prepare),
+                      AsyncPgJobStore(aconn, schema=schema, prepare=prepare))
+            for prepare in (False, True)
+        }
 
     def q(self, text: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.conn.execute(text.replace("S.", self.s + "."), args).fetchall()
 
     def fill(self, calls_per_mode: int) -> None:
         n = calls_per_mode
+        leases, cancels = n * 2 * len(MODES), n * len(MODES)
         s = self.s
         self.conn.execute(
             f"""INSERT INTO {s}.schedules (id, kind, spec, next_run_at, updated_at)
@@ -142,13 +154,15 @@ class Fixture:
                   FROM unnest(ARRAY['cd', 'cp', 'cn']) AS p,
                        generate_series(0, {SCHED_IDS - 1}) AS i""".encode()
         )
-        # Jobs: leased in due order (dispatch_at = i), cancelled ones far in the future.
+        # Jobs: leased in due order (dispatch_at = i), cancelled ones far in the future;
+        # per call and mode, job_lease and job_mark_dispatched lease one each, job_cancel
+        # cancels one.
         self.conn.execute(
             f"""INSERT INTO {s}.jobs (run_id, dispatch_at)
-                SELECT 'jl-' || lpad(i::text, 7, '0'), i FROM generate_series(1, {n * 6}) i
+                SELECT 'jl-' || lpad(i::text, 7, '0'), i FROM generate_series(1, {leases}) i
                 UNION ALL
                 SELECT 'jc-' || lpad(i::text, 7, '0'), 9000000000000000 + i
-                  FROM generate_series(1, {n * 3}) i""".encode()
+                  FROM generate_series(1, {cancels}) i""".encode()
         )
         self.sched.register("rg-0", "interval", "60000", 0, 0)
         self.sched.register("rn-0", "interval", "60000", 0, 0)
@@ -162,10 +176,17 @@ class Fixture:
         self.conn.execute(b"CHECKPOINT")
         self.cancel_next = 0
 
-    def ops(self) -> list[Op]:
+    def ops(self, prepare: bool) -> list[Op]:
+        """The operations, their wrapper calls on stores built with ``prepare``."""
         cl = self.clock
+        sched, jobs, asched, ajobs = self.stores[prepare]
         ids = {p: [f"{p}-{i:04d}" for i in range(SCHED_IDS)] for p in ("cd", "cp", "cn")}
-        cn_ids = ids["cn"]
+        # claim_next(100) is handed the hundred ids it is to claim, as claim_due is
+        # handed its one: a window moving over the cn-* schedules, all due at every tick.
+        windows = [ids["cn"][k:k + 100] for k in range(0, SCHED_IDS, 100)]
+
+        def window_ctx(i: int) -> tuple[int, list[str]]:
+            return cl.tick(), windows[i % len(windows)]
 
         def claim_ctx(i: int) -> tuple[str, int]:
             return ids["cd"][i % SCHED_IDS], cl.tick()
@@ -203,60 +224,60 @@ class Fixture:
         patch = CompletePatch
         return [
             Op("claim_due",
-               sync=lambda c: self.sched.claim_due(c[0], "bench", c[1], LEASE_MS) is not None,
-               aio=lambda c: _some(self.asched.claim_due(c[0], "bench", c[1], LEASE_MS)),
+               sync=lambda c: sched.claim_due(c[0], "bench", c[1], LEASE_MS) is not None,
+               aio=lambda c: _some(asched.claim_due(c[0], "bench", c[1], LEASE_MS)),
                sql=lambda c: bool(self.q(
                    "SELECT * FROM S.schedule_claim_due(%s, 'bench', %s, %s)",
                    (c[0], c[1], LEASE_MS))),
                setup=claim_ctx),
             Op("renew",
-               sync=lambda c: self.sched.renew("rn-0", self.renew_token, c),
-               aio=lambda c: _true(self.asched.renew("rn-0", self.renew_token, c)),
+               sync=lambda c: sched.renew("rn-0", self.renew_token, c),
+               aio=lambda c: _true(asched.renew("rn-0", self.renew_token, c)),
                sql=lambda c: bool(self.q("SELECT S.schedule_renew('rn-0', %s, %s)",
                                          (self.renew_token, c))[0][0]),
                setup=lambda i: cl.tick()),
             Op("complete",
-               sync=lambda c: self.sched.complete(c[0], c[1], patch(0, c[2], "ok"), c[2]),
-               aio=lambda c: _true(self.asched.complete(c[0], c[1], patch(0, c[2], "ok"), c[2])),
+               sync=lambda c: sched.complete(c[0], c[1], patch(0, c[2], "ok"), c[2]),
+               aio=lambda c: _true(asched.complete(c[0], c[1], patch(0, c[2], "ok"), c[2])),
                sql=lambda c: bool(self.q(
                    "SELECT S.schedule_complete(%s, %s, 0, %s, 'ok', %s)",
                    (c[0], c[1], c[2], c[2]))[0][0]),
                setup=complete_ctx),
             Op("register_unchanged",
-               sync=lambda c: self.sched.register("rg-0", "interval", "60000", 0, c).id == "rg-0",
-               aio=lambda c: _reg(self.asched.register("rg-0", "interval", "60000", 0, c)),
+               sync=lambda c: sched.register("rg-0", "interval", "60000", 0, c).id == "rg-0",
+               aio=lambda c: _reg(asched.register("rg-0", "interval", "60000", 0, c)),
                sql=lambda c: bool(self.q(
                    "SELECT id FROM S.schedule_register('rg-0', 'interval', '60000', 0, %s)",
                    (c,))),
                setup=lambda i: cl.tick()),
             Op("claim_next_100",
-               sync=lambda c: len(self.sched.claim_next("bench", c, LEASE_MS, 100, cn_ids)) == 100,
-               aio=lambda c: _len100(self.asched.claim_next("bench", c, LEASE_MS, 100, cn_ids)),
+               sync=lambda c: len(sched.claim_next("bench", c[0], LEASE_MS, 100, c[1])) == 100,
+               aio=lambda c: _len100(asched.claim_next("bench", c[0], LEASE_MS, 100, c[1])),
                sql=lambda c: len(self.q(
                    "SELECT * FROM S.schedule_claim_next('bench', %s, %s, 100, %s)",
-                   (c, LEASE_MS, cn_ids))) == 100,
-               setup=lambda i: cl.tick(), records=100, share=10),
+                   (c[0], LEASE_MS, c[1]))) == 100,
+               setup=window_ctx, records=100, share=10),
             Op("job_lease",
-               sync=lambda c: leased(_run_id(self.jobs.lease("bench", JOB_NOW, JOB_TTL))),
-               aio=lambda c: _leased(self.ajobs.lease("bench", JOB_NOW, JOB_TTL), leased),
+               sync=lambda c: leased(_run_id(jobs.lease("bench", JOB_NOW, JOB_TTL))),
+               aio=lambda c: _leased(ajobs.lease("bench", JOB_NOW, JOB_TTL), leased),
                sql=lambda c: leased(_first(self.q(
                    "SELECT run_id FROM S.job_lease('bench', %s, %s)", (JOB_NOW, JOB_TTL)))),
                setup=lambda i: None, after=lease_after),
             Op("job_renew",
-               sync=lambda c: self.jobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL),
-               aio=lambda c: _true(self.ajobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL)),
+               sync=lambda c: jobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL),
+               aio=lambda c: _true(ajobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL)),
                sql=lambda c: bool(self.q("SELECT S.job_renew('jr-0', 'bench', %s, %s)",
                                          (JOB_NOW, JOB_TTL))[0][0]),
                setup=lambda i: None),
             Op("job_mark_dispatched",
-               sync=lambda c: self.jobs.mark_dispatched(c, "bench", "w").recorded,
-               aio=lambda c: _recorded(self.ajobs.mark_dispatched(c, "bench", "w")),
+               sync=lambda c: jobs.mark_dispatched(c, "bench", "w").recorded,
+               aio=lambda c: _recorded(ajobs.mark_dispatched(c, "bench", "w")),
                sql=lambda c: bool(self.q(
                    "SELECT recorded FROM S.job_mark_dispatched(%s, 'bench', 'w')", (c,))[0][0]),
                setup=mark_ctx),
             Op("job_cancel",
-               sync=lambda c: self.jobs.cancel(c) == "cancelled",
-               aio=lambda c: _cancelled(self.ajobs.cancel(c)),
+               sync=lambda c: jobs.cancel(c) == "cancelled",
+               aio=lambda c: _cancelled(ajobs.cancel(c)),
                sql=lambda c: self.q("SELECT S.job_cancel(%s)", (c,))[0][0] == "cancelled",
                setup=cancel_ctx),
         ]
@@ -299,7 +320,7 @@ def _first(rows: list[tuple[Any, ...]]) -> object:
 
 
 def _batch(op: Op, mode: str, n: int, loop: asyncio.AbstractEventLoop) -> float:
-    """Mean µs of ``n`` timed calls of ``op`` in ``mode``."""
+    """Mean µs of ``n`` timed calls of ``op`` in ``mode`` (``sync``, ``async`` or ``sql``)."""
     timer = Timer()
     if mode == "async":
 
@@ -336,10 +357,17 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
         n = cfg.calls
         fx.fill((n + 10) * (cfg.repeats + 1))
         floor_table = make_floor_table(conn, schema)
-        ops = fx.ops()
+        ops = fx.ops(prepare=False)
+        prepared = {op.name: op for op in fx.ops(prepare=True)}
+
+        def timed(op: Op, mode: str, n: int) -> float:
+            if mode.endswith("_prepared"):
+                return _batch(prepared[op.name], mode.removesuffix("_prepared"), n, loop)
+            return _batch(op, mode, n, loop)
+
         for op in ops:  # warm-up round: prepared statements, plan caches, pools
             for mode in MODES:
-                _batch(op, mode, 10, loop)
+                timed(op, mode, 10)
         floor_batch(conn, floor_table, 20)
         raw: dict[str, dict[str, list[float]]] = {op.name: {m: [] for m in MODES} for op in ops}
         ratios: dict[str, dict[str, list[float]]] = {
@@ -351,7 +379,7 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
             for op in ops:
                 for mode in MODES:
                     sel, floor = floor_batch(conn, floor_table, max(n // 2, 10))
-                    mean = _batch(op, mode, max(n // op.share, 3), loop)
+                    mean = timed(op, mode, max(n // op.share, 3))
                     floors.append(floor)
                     selects.append(sel)
                     raw[op.name][mode].append(mean)
@@ -400,7 +428,7 @@ def run_naive(cfg: Settings) -> dict[str, Any]:
         conn.execute(
             f"""INSERT INTO {s}.schedules (id, kind, spec, next_run_at, updated_at)
                 SELECT p || '-' || lpad(i::text, 4, '0'), 'interval', '60000', 0, 0
-                  FROM unnest(ARRAY['ours', 'naive']) AS p,
+                  FROM unnest(ARRAY['ours', 'naive', 'bare']) AS p,
                        generate_series(0, {SCHED_IDS - 1}) AS i""".encode()
         )
         conn.execute(f"VACUUM (ANALYZE) {s}.schedules".encode())
@@ -425,6 +453,23 @@ def run_naive(cfg: Settings) -> dict[str, Any]:
                 assert rows
             return t.mean_us
 
+        bare_update = (
+            f"UPDATE {s}.schedules s SET lease_owner = %s, lease_until = %s,"
+            f" fencing_token = s.fencing_token + 1 WHERE s.id = %s AND s.next_run_at IS NOT NULL"
+            f" AND s.next_run_at <= %s AND (s.lease_until IS NULL OR s.lease_until <= %s)"
+            f" RETURNING s.*"
+        )
+
+        def bare(n: int) -> float:
+            t = Timer()
+            for i in range(n):
+                sid, now = f"bare-{i % SCHED_IDS:04d}", clock.tick()
+                with t.timing():
+                    rows = conn.execute(
+                        bare_update, ("bench", now + LEASE_MS, sid, now, now)).fetchall()
+                assert rows
+            return t.mean_us
+
         def naive(n: int) -> float:
             t = Timer()
             for i in range(n):
@@ -440,16 +485,22 @@ def run_naive(cfg: Settings) -> dict[str, Any]:
 
         ours(20)
         naive(20)
-        o_us, n_us, f_us, ratio, ratio_floor = [], [], [], [], []
+        bare(20)
+        o_us, n_us, b_us, f_us, ratio, ratio_floor = [], [], [], [], [], []
+        bare_over_ours, bare_over_floor = [], []
         for _ in range(cfg.repeats):
             _, f = floor_batch(conn, floor_table, max(cfg.calls // 2, 10))
             o = ours(cfg.calls)
             nv = naive(cfg.calls)
+            b = bare(cfg.calls)
             o_us.append(o)
             n_us.append(nv)
+            b_us.append(b)
             f_us.append(f)
             ratio.append(nv / o)
             ratio_floor.append(nv / f)
+            bare_over_ours.append(b / o)
+            bare_over_floor.append(b / f)
         return {
             "unit": "us per call",
             "statements": "BEGIN; SELECT ... FOR UPDATE; UPDATE ... RETURNING *; COMMIT",
@@ -457,6 +508,9 @@ def run_naive(cfg: Settings) -> dict[str, Any]:
             "naive_transaction": {"us": summarize(n_us), "ratio": summarize(ratio_floor)},
             "floor_durable_update": summarize(f_us),
             "naive_over_ours": {"ratio": summarize(ratio)},
+            "bare_update": {"us": summarize(b_us), "ratio": summarize(bare_over_floor),
+                            "note": "schedule_claim_due's UPDATE sent bare (prepared)"},
+            "bare_over_ours": {"ratio": summarize(bare_over_ours)},
         }
     finally:
         conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE".encode())

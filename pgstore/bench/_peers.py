@@ -6,8 +6,10 @@ jobs, until the queue is empty. All run on the same server in the same run,
 in their own schemas, installed by their own code:
 
 * pgstore: ``PgJobStore.lease`` then ``PgJobStore.mark_dispatched`` (the sync
-  wrapper over the worker's connection), and the same two functions
-  straight from SQL;
+  wrapper over the worker's connection) as built by default, never preparing
+  its statements; ``pgstore_prepared``, the same with ``prepare=True`` (the
+  peers' loops run on psycopg's default, which prepares a statement from its
+  fifth run); and, optionally, the same two functions straight from SQL;
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -41,7 +43,9 @@ import psycopg
 from ._common import Conn, Settings, connect, fresh_store_schema, ident, schema_name
 from ._common import summary as summarize
 
-SYSTEMS = ("pgstore", "pgstore_sql", "procrastinate", "pgqueuer")
+SYSTEMS = ("pgstore", "pgstore_prepared", "pgstore_sql", "procrastinate", "pgqueuer")
+#: The systems that run pgstore's own schema.
+OURS = ("pgstore", "pgstore_prepared", "pgstore_sql")
 EMPTY_RETRIES = 3
 
 
@@ -65,10 +69,10 @@ def peers_available() -> dict[str, str | None]:
 # --- the worker processes ------------------------------------------------------------
 
 
-def _loop_pgstore(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+def _loop_pgstore(conn: Conn, schema: str, me: str, prepare: bool = False) -> tuple[list[Any], int]:
     from ..jobs import PgJobStore
 
-    store = PgJobStore(conn, schema=schema)
+    store = PgJobStore(conn, schema=schema, prepare=prepare)
     got: list[Any] = []
     last = time.monotonic_ns()
     empty = 0
@@ -163,6 +167,7 @@ def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
 
 LOOPS = {
     "pgstore": _loop_pgstore,
+    "pgstore_prepared": lambda conn, schema, me: _loop_pgstore(conn, schema, me, prepare=True),
     "pgstore_sql": _loop_pgstore_sql,
     "procrastinate": _loop_procrastinate,
     "pgqueuer": _loop_pgqueuer,
@@ -202,7 +207,7 @@ class System:
     def install(self) -> None:
         with connect(self.dsn) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {ident(self.schema)} CASCADE".encode())
-        if self.name in ("pgstore", "pgstore_sql"):
+        if self.name in OURS:
             fresh_store_schema(self.dsn, self.schema)
         elif self.name == "procrastinate":
             manager = _module("procrastinate.schema").SchemaManager
@@ -239,7 +244,7 @@ class System:
         one; pgstore's bulk INSERT is the benchmark's shortcut for n job_schedule calls)."""
         s = ident(self.schema)
         with connect(self.dsn) as conn:
-            if self.name in ("pgstore", "pgstore_sql"):
+            if self.name in OURS:
                 conn.execute(f"TRUNCATE {s}.jobs".encode())
                 conn.execute(
                     f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'p-' || i, i"
@@ -266,7 +271,7 @@ class System:
         """How many jobs the database says were finished."""
         s = ident(self.schema)
         with connect(self.dsn) as conn:
-            if self.name in ("pgstore", "pgstore_sql"):
+            if self.name in OURS:
                 sql = f"SELECT count(*) FROM {s}.jobs WHERE dispatched"
             elif self.name == "procrastinate":
                 sql = f"SELECT count(*) FROM {s}.procrastinate_jobs WHERE status = 'succeeded'"
@@ -397,23 +402,22 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
                 "runs": rs,
             }
         result["systems"][name] = entry
-    # Ratios of our lease -> dispatch throughput to each peer, per worker count.
-    ratios: dict[str, Any] = {}
-    ours = result["systems"].get("pgstore")
-    for peer in ("procrastinate", "pgqueuer"):
-        theirs = result["systems"].get(peer)
-        if ours is None or theirs is None:
-            continue
-        ratios[peer] = {}
-        for w in cfg.workers:
-            a = [r["jobs_per_s"] for r in runs["pgstore"][w]]
-            b = [r["jobs_per_s"] for r in runs[peer][w]]
-            ratios[peer][str(w)] = {"ratio": summarize([x / y for x, y in zip(a, b, strict=True)])}
-    result["pgstore_over"] = ratios
-    if ours is not None and len(cfg.workers) > 1:
-        base = statistics.median([r["jobs_per_s"] for r in runs["pgstore"][cfg.workers[0]]])
-        result["pgstore_scaling"] = {
-            str(w): {"ratio": summarize([r["jobs_per_s"] / base for r in runs["pgstore"][w]])}
+    # Ratios of our lease -> dispatch throughput to each peer, and to our own W=1, per
+    # worker count, for each way of running ours.
+    result["over"], result["scaling"] = {}, {}
+    for mine in (m for m in OURS if m in runs):
+        ratios: dict[str, Any] = {}
+        for peer in (p for p in ("procrastinate", "pgqueuer") if p in runs):
+            ratios[peer] = {}
+            for w in cfg.workers:
+                a = [r["jobs_per_s"] for r in runs[mine][w]]
+                b = [r["jobs_per_s"] for r in runs[peer][w]]
+                ratios[peer][str(w)] = {
+                    "ratio": summarize([x / y for x, y in zip(a, b, strict=True)])}
+        result["over"][mine] = ratios
+        base = statistics.median([r["jobs_per_s"] for r in runs[mine][cfg.workers[0]]])
+        result["scaling"][mine] = {
+            str(w): {"ratio": summarize([r["jobs_per_s"] / base for r in runs[mine][w]])}
             for w in cfg.workers
         }
     return result

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from ._common import spread_pct
+from ._ops import MODES
 
 SINGLE_ROW_OPS = ("claim_due", "renew", "complete", "register_unchanged", "job_lease",
                   "job_renew", "job_mark_dispatched", "job_cancel")
-MODES = ("sync", "async", "sql")
+MODE_LABELS = {"sync": "sync wrapper", "sync_prepared": "sync, prepare=True",
+               "async": "async wrapper", "async_prepared": "async, prepare=True", "sql": "SQL"}
 
 
 def _target(name: str, measured: Any, op: str, bound: float, why: str = "") -> dict[str, Any]:
@@ -36,21 +38,20 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
         out.append(_target("naive BEGIN/SELECT FOR UPDATE/UPDATE/COMMIT / claim_due",
                            naive["naive_over_ours"]["ratio"]["median"], ">=", 1.4))
     peers = results.get("peers")
-    if peers and peers.get("pgstore_over"):
+    if peers:
         top = str(max(peers["workers"]))
-        for peer, bound in (("procrastinate", 1.5), ("pgqueuer", 3.0)):
-            if peer in peers["pgstore_over"]:
-                out.append(_target(f"lease->dispatch jobs/s / {peer} at W={top}",
-                                   peers["pgstore_over"][peer][top]["ratio"]["median"], ">=",
-                                   bound))
-    if peers and peers.get("pgstore_scaling"):
-        ws = [w for w in peers["workers"] if w <= nproc]
-        if len(ws) > 1:
+        for mine, over in peers.get("over", {}).items():
+            for peer, bound in (("procrastinate", 1.5), ("pgqueuer", 3.0)):
+                if peer in over:
+                    out.append(_target(f"lease->dispatch jobs/s, {mine} / {peer} at W={top}",
+                                       over[peer][top]["ratio"]["median"], ">=", bound))
+        for mine in peers.get("scaling", {}):
+            ws = [w for w in peers["workers"] if w <= nproc]
             prev = None
             for w in ws:
-                med = peers["systems"]["pgstore"][str(w)]["jobs_per_s"]["median"]
+                med = peers["systems"][mine][str(w)]["jobs_per_s"]["median"]
                 if prev is not None:
-                    out.append(_target(f"lease->dispatch jobs/s W={w} / W={prev[0]}"
+                    out.append(_target(f"lease->dispatch jobs/s, {mine} W={w} / W={prev[0]}"
                                        f" (up to {nproc} cores)", med / prev[1], ">=", 1.0))
                 prev = (w, med)
         out.append(_target("all peer runs: no job leased twice, all finished",
@@ -93,17 +94,22 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
             rows.append([name] + [
                 f"{entry[m]['us']['median']:.0f} µs · {_x(entry[m]['ratio'])}" for m in MODES])
         rows.append(["claim_next(100) vs claim_due, records/s",
-                     _x(ops["claim_next_vs_claim_due"]["ratio"]), "", ""])
+                     _x(ops["claim_next_vs_claim_due"]["ratio"])] + [""] * (len(MODES) - 1))
         out.append((f"Store operations, ratio to the adjacent durable UPDATE "
                     f"(floor {ops['floor_durable_update']['median']:.0f} µs)",
-                    ["operation", "sync wrapper", "async wrapper", "SQL"], rows))
+                    ["operation"] + [MODE_LABELS[m] for m in MODES], rows))
     naive = results.get("naive")
     if naive:
         out.append(("Naive transaction vs our claim (SQL)", ["what", "per call", "ratio"], [
             ["schedule_claim_due", _us(naive["ours_claim_due_sql"]["us"]), "1.00x"],
             ["BEGIN; SELECT … FOR UPDATE; UPDATE; COMMIT", _us(naive["naive_transaction"]["us"]),
              _x(naive["naive_over_ours"]["ratio"])],
-        ]))
+        ] + ([] if "bare_update" not in naive else [
+            ["its UPDATE sent bare (prepared)", _us(naive["bare_update"]["us"]),
+             _x(naive["bare_over_ours"]["ratio"])],
+            ["durable one-row UPDATE (floor)", _us(naive["floor_durable_update"]), ""],
+            ["bare UPDATE / floor", "", _x(naive["bare_update"]["ratio"])],
+        ])))
     peers = results.get("peers")
     if peers and peers["systems"]:
         ws = peers["workers"]
@@ -113,8 +119,9 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 f"{per[str(w)]['jobs_per_s']['median']:.0f} "
                 f"({per[str(w)]['jobs_per_s']['min']:.0f}-{per[str(w)]['jobs_per_s']['max']:.0f})"
                 + ("" if per[str(w)]["checks_ok"] else " FAILED") for w in ws])
-        for peer, per in peers.get("pgstore_over", {}).items():
-            rows.append([f"pgstore / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
+        for mine, over in peers.get("over", {}).items():
+            for peer, per in over.items():
+                rows.append([f"{mine} / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
         out.append((f"Lease → mark dispatched, jobs/s over {peers['jobs']:,} jobs",
                     ["system"] + [f"W={w}" for w in ws], rows))
     scale = results.get("scale")
@@ -211,8 +218,9 @@ def chart(results: dict[str, Any], meta: dict[str, Any], path: Path) -> str | No
             med = [ops["ops"][n][mode]["ratio"]["median"] for n in names]
             lo = [m - ops["ops"][n][mode]["ratio"]["min"] for m, n in zip(med, names, strict=True)]
             hi = [ops["ops"][n][mode]["ratio"]["max"] - m for m, n in zip(med, names, strict=True)]
-            ys = [i + (k - 1) * 0.27 for i in range(len(names))]
-            ax.barh(ys, med, height=0.27, xerr=[lo, hi], label=mode, capsize=2)
+            height = 0.8 / len(MODES)
+            ys = [i + (k - (len(MODES) - 1) / 2) * height for i in range(len(names))]
+            ax.barh(ys, med, height=height, xerr=[lo, hi], label=MODE_LABELS[mode], capsize=2)
         ax.set_yticks(range(len(names)), names)
         ax.axvline(1.0, color="black", lw=0.8)
         ax.axvline(1.1, color="red", ls="--", lw=1, label="target 1.1x")
