@@ -22,6 +22,12 @@ Each run checks that no job was taken twice (the ids every worker saw) and
 that every job ended finished in the database. While a run goes, a sampler
 reads the wait events of the workers' backends from ``pg_stat_activity``.
 
+Last, each system drains once more at the largest W with its sessions'
+``synchronous_commit = off``: commits no longer wait for the WAL flush, so the
+loop is bound by CPU alone (the workers' and the server's), and the ratio
+between systems is what their per-job work costs, without the flushes that
+every system pays alike.
+
 The peers are benchmark-only extras (``pip install pgstore[bench]``).
 """
 
@@ -175,13 +181,15 @@ LOOPS = {
 
 
 def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
-            results: Any) -> None:
+            results: Any, unflushed: bool) -> None:
     me = f"bench-{system}-{index}"
     try:
-        options = f"-c search_path={schema}" if system == "procrastinate" else None
+        options = [f"-c search_path={schema}"] if system == "procrastinate" else []
+        if unflushed:
+            options.append("-c synchronous_commit=off")
         kwargs: dict[str, Any] = {"application_name": f"bench-{system}"}
         if options:
-            kwargs["options"] = options
+            kwargs["options"] = " ".join(options)
         with connect(dsn, **kwargs) as conn:
             conn.execute("SELECT 1").fetchall()
             ready.put(index)
@@ -314,14 +322,16 @@ class WaitSampler(threading.Thread):
         return {k: round(v / total, 3) for k, v in self.counts.most_common(8)}
 
 
-def run_once(system: System, workers: int, jobs: int) -> dict[str, Any]:
-    """One timed drain of ``jobs`` jobs by ``workers`` processes."""
+def run_once(system: System, workers: int, jobs: int, unflushed: bool = False) -> dict[str, Any]:
+    """One timed drain of ``jobs`` jobs by ``workers`` processes (with
+    ``synchronous_commit = off`` in their sessions when ``unflushed``)."""
     system.fill(jobs)
     ctx = mp.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
         ctx.Process(target=_worker,
-                    args=(system.name, system.dsn, system.schema, i, ready, go, results))
+                    args=(system.name, system.dsn, system.schema, i, ready, go, results,
+                          unflushed))
         for i in range(workers)
     ]
     for p in procs:
@@ -376,6 +386,11 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
                     runs[sy.name][w].append(r)
                     cfg.log(f"  peers: repeat {rep + 1} W={w} {sy.name}: "
                             f"{r['jobs_per_s']:.0f} jobs/s{'' if r['ok'] else '  CHECK FAILED'}")
+        top = max(cfg.workers)
+        unflushed = {sy.name: run_once(sy, top, cfg.peer_jobs, unflushed=True) for sy in systems}
+        for name, r in unflushed.items():
+            cfg.log(f"  peers: W={top} {name}, synchronous_commit off: "
+                    f"{r['jobs_per_s']:.0f} jobs/s{'' if r['ok'] else '  CHECK FAILED'}")
     finally:
         for sy in systems:
             sy.drop()
@@ -385,7 +400,18 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         "workers": list(cfg.workers),
         "skipped": {k: v for k, v in missing.items() if v},
         "systems": {},
-        "all_checks_ok": all(r["ok"] for per in runs.values() for rs in per.values() for r in rs),
+        "all_checks_ok": all(r["ok"] for per in runs.values() for rs in per.values() for r in rs)
+        and all(r["ok"] for r in unflushed.values()),
+        "unflushed": {
+            "workers": top,
+            "note": "one drain per system with synchronous_commit = off: CPU-bound",
+            "systems": {name: r for name, r in unflushed.items()},
+            "over": {
+                mine: {peer: unflushed[mine]["jobs_per_s"] / unflushed[peer]["jobs_per_s"]
+                       for peer in ("procrastinate", "pgqueuer") if peer in unflushed}
+                for mine in OURS if mine in unflushed
+            },
+        },
     }
     for name, per in runs.items():
         entry: dict[str, Any] = {}

@@ -124,6 +124,15 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 rows.append([f"{mine} / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
         out.append((f"Lease → mark dispatched, jobs/s over {peers['jobs']:,} jobs",
                     ["system"] + [f"W={w}" for w in ws], rows))
+        unflushed = peers.get("unflushed")
+        if unflushed and unflushed["systems"]:
+            rows = [[name, f"{r['jobs_per_s']:.0f}" + ("" if r["ok"] else " FAILED"), ""]
+                    for name, r in unflushed["systems"].items()]
+            rows += [[f"{mine} / {peer}", "", f"{ratio:.2f}x"]
+                     for mine, over in unflushed["over"].items() for peer, ratio in over.items()]
+            out.append((f"The same loop at W={unflushed['workers']} with synchronous_commit off"
+                        " (no flush waits: CPU-bound, one run each)",
+                        ["system", "jobs/s", "ratio"], rows))
     scale = results.get("scale")
     if scale:
         rows = [[name, _us(c["small_us"]), _us(c["big_us"]), _x(c["ratio"])]
