@@ -197,7 +197,8 @@ def render_markdown(blocks: list[tuple[str, list[str], list[list[str]]]],
         f"wal_sync_method={s['wal_sync_method']}, shared_buffers={s['shared_buffers']}; "
         f"load average at start {m['loadavg_start'][0]:.2f}; run took "
         f"{meta['duration_s']:.0f} s. Medians of {meta['settings']['repeats']} repeats "
-        f"(min-max in brackets).",
+        f"({meta['settings'].get('peer_repeats', 1)} per system and W in the peer loop; "
+        f"min-max in brackets).",
     ]
     for title, header, rows in blocks:
         out.append(f"\n**{title}**\n")
