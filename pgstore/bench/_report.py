@@ -131,6 +131,7 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
             rows += [[f"{mine} / {peer}", "", f"{ratio:.2f}x"]
                      for mine, over in unflushed["over"].items() for peer, ratio in over.items()]
             out.append((f"The same loop at W={unflushed['workers']} with synchronous_commit off"
+                        f" over {unflushed.get('jobs', peers['jobs']):,} jobs"
                         " (no flush waits: CPU-bound, one run each)",
                         ["system", "jobs/s", "ratio"], rows))
     scale = results.get("scale")
