@@ -64,6 +64,18 @@ BEGIN
       FROM schedule_fences f
      WHERE s.id = p_id AND f.id = p_id AND f.fencing_token > s.fencing_token;
 
+    -- Under REPEATABLE READ or SERIALIZABLE, a delete that committed after
+    -- this transaction's snapshot leaves the deleted row visible beside the
+    -- new one and its fence invisible, so the INSERT may have started from an
+    -- older fence (a token going backwards): a serialization failure, which
+    -- the caller retries. Under READ COMMITTED only the live row is visible.
+    IF (SELECT count(*) FROM schedules WHERE id = p_id) > 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'serialization_failure',
+            MESSAGE = 'could not serialize access due to a concurrent schedule_delete',
+            HINT = 'Retry the transaction.';
+    END IF;
+
     SELECT * INTO STRICT v_row FROM schedules WHERE id = p_id;
     RETURN v_row;
 END

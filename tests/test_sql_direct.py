@@ -214,3 +214,33 @@ def test_job_schedule_notifies_job_channel_at_commit(
         db.execute("SELECT job_lease('h', 2000, 1000)")
         db.execute("SELECT job_mark_dispatched('r', 'h', 'w')")
         assert list(listener.notifies(timeout=0.3)) == []  # the lease path never notifies
+
+
+def test_register_racing_a_delete_under_repeatable_read_is_a_serialization_failure(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """The register's snapshot predates the delete: it would see the deleted row beside
+    its own and not the delete's fence. It raises 40001 and changes nothing; retried, it
+    starts from the fence (tests/isolation/specs/delete_vs_register_rr.spec shows the
+    same interleaving step by step)."""
+    db.execute("SELECT schedule_register('a', 'interval', '60000', 0, 0)")
+    for now in (10, 20, 30):
+        assert db.execute("SELECT * FROM schedule_claim_due('a', 'w', %s, 1)", (now,)).fetchall()
+    with psycopg.connect(pgstore_database) as rr:
+        rr.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        rr.commit()
+        rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        rr.execute("SELECT count(*) FROM schedules")  # the snapshot
+        db.execute("SELECT schedule_delete('a')")
+        before = _state(db)
+        assert before[1] == [("a", 3)]
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            rr.execute("SELECT * FROM schedule_register('a', 'interval', '30000', 0, 40)")
+        rr.rollback()
+        assert _state(db) == before
+        rr.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        row = rr.execute(
+            "SELECT fencing_token FROM schedule_register('a', 'interval', '30000', 0, 40)"
+        ).fetchone()
+        rr.commit()
+    assert row == (3,)
