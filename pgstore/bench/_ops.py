@@ -125,14 +125,12 @@ MODES = ("sync", "sync_prepared", "async", "async_prepared", "sql")
 
 
 class Fixture:
-    """The ops schema and the three ways of calling it."""
+    """The ops schema and the ways of calling it (``MODES``)."""
 
     def __init__(self, cfg: Settings, schema: str, conn: Conn, aconn: Any) -> None:
         self.cfg, self.schema, self.conn = cfg, schema, conn
         self.s = ident(schema)
         self.clock = Clock()
-        self.sched = PgScheduleStore(conn, schema=schema)
-        self.jobs = PgJobStore(conn, schema=schema)
         self.stores = {
             prepare: (PgScheduleStore(conn, schema=schema, prepare=prepare),
                       PgJobStore(conn, schema=schema, prepare=prepare),
@@ -140,6 +138,7 @@ class Fixture:
                       AsyncPgJobStore(aconn, schema=schema, prepare=prepare))
             for prepare in (False, True)
         }
+        self.sched, self.jobs = self.stores[False][0], self.stores[False][1]  # for fill()
 
     def q(self, text: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.conn.execute(text.replace("S.", self.s + "."), args).fetchall()
