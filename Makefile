@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv test test-pg15 lint demo bench clean
+.PHONY: venv test test-pg15 lint demo bench docs clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,13 @@ $(BIN)/.bench-installed: $(BIN)/.installed
 bench: $(BIN)/.bench-installed
 	$(BIN)/python -m pgstore.bench $(BENCH_ARGS)
 
+## The docs site (mkdocs.yml, docs/), built with --strict into site/: a broken link fails.
+$(BIN)/.docs-installed: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(BIN)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build site
