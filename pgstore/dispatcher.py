@@ -15,8 +15,11 @@ retried a few times; ``release`` is not retried (the lease expires instead).
 Wake-ups: with a PostgreSQL store, an idle dispatcher LISTENs on the store's
 ``job_channel()``, which ``job_schedule`` notifies at commit, so a job
 scheduled due-now is leased within a fraction of a second while the poll
-interval stays long. Polling remains the fallback (a memory store, a lost
-listening connection).
+interval stays long. A notification is only a hint: leasing always goes
+through ``job_lease``, and polling remains the fallback (a memory store, a
+lost listening connection). Payloads that are not a dispatch time are ignored
+(anyone who can connect can NOTIFY), and bursts are coalesced into a few
+wake-ups; see ``_listen``.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ class Dispatcher(Runtime):
         await super()._prepare()
         if self._listen is not False and self._listener is None:
             self._listener = JobListener.for_store(
-                self.store, self._due_at, log, self.holder,
+                self.store, self.wake, self.poll_interval, log, self.holder,
                 conninfo=self._listen if isinstance(self._listen, str) else None,
             )
             if self._listener is not None:
@@ -143,15 +146,6 @@ class Dispatcher(Runtime):
             await self._listener.stop()
             self._listener = None
         await super()._shutdown()
-
-    def _due_at(self, dispatch_at: int, now_ms: int) -> None:
-        """A job was scheduled for ``dispatch_at``: wake now, or when it falls due if
-        that is sooner than the next poll."""
-        delay = (dispatch_at - now_ms) / 1000
-        if delay <= 0:
-            self.wake()
-        elif delay < self.poll_interval and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.call_later, delay, self.wake)
 
     async def _claim(self, free: int) -> list[Any]:
         now = await self.now()
