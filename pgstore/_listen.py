@@ -6,6 +6,8 @@ which still leases through ``job_lease``, and polling remains the fallback
 gap). NOTIFY needs no privilege, so any role that can connect can send anything
 on the channel. Hence:
 
+* the listening session asks for client encoding UTF-8, so that the server
+  never has to end it over a payload it cannot convert;
 * a payload counts only if it is a decimal integer in bigint range
   (``parse_dispatch_at``); anything else is ignored, never raised, and logged at
   most once per ``IGNORED_LOG_EVERY`` seconds;
@@ -213,7 +215,13 @@ class JobListener:
                 await asyncio.sleep(RECONNECT_PAUSE)
 
     async def _listen_once(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        # The server ends a session it cannot convert a notification for (FATAL), so
+        # the listener asks for UTF-8 whatever the conninfo says: in a UTF-8 database,
+        # every payload converts. (A SQL_ASCII database can still hold payloads that
+        # are not UTF-8; there the listener reconnects after RECONNECT_PAUSE.)
+        conn = await psycopg.AsyncConnection.connect(
+            self.conninfo, autocommit=True, client_encoding="UTF8"
+        )
         async with conn:
             cur = await conn.execute(
                 sql.SQL("SELECT {}.job_channel()").format(sql.Identifier(self.schema))
@@ -224,16 +232,8 @@ class JobListener:
             self.listening.set()
             # Jobs scheduled while the listener was not yet listening: look once.
             self.wakeups.hint(0)
-            while True:
-                try:
-                    async for note in conn.notifies():
-                        self._received(note.payload)
-                except UnicodeDecodeError:
-                    # A payload not in the client encoding (possible in a SQL_ASCII
-                    # database) ends psycopg's generator and takes the rest of its
-                    # batch with it: a real job may be among them, so look now.
-                    self._ignore("undecodable")
-                    self.wakeups.hint(0)
+            async for note in conn.notifies():
+                self._received(note.payload)
 
     def _received(self, payload: str) -> None:
         dispatch_at = parse_dispatch_at(payload)

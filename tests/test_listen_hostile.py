@@ -74,16 +74,16 @@ class CountingJobStore(PgJobStore):
 @pytest.fixture
 def intruder(pgstore_database: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection of a fresh login role that was granted nothing."""
+    dsn = pgstore_database
     role = f"pgstore_intruder_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pgstore_database, autocommit=True) as admin:
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
     try:
-        with psycopg.connect(make_conninfo(pgstore_database, user=role),
-                             autocommit=True) as conn:
+        with psycopg.connect(make_conninfo(dsn, user=role), autocommit=True) as conn:
             conn.execute("SET synchronous_commit = off")  # a faster flood, as an attacker would
             yield conn
     finally:
-        with psycopg.connect(pgstore_database, autocommit=True) as admin:
+        with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
@@ -122,12 +122,12 @@ def _until(check: Any, timeout: float = WAIT) -> bool:
 class Running:
     """A Dispatcher with a 60 s poll, run in a thread of its own until ``stop``."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
+    def __init__(self, dsn: str, schema: str, listen: bool | str = True) -> None:
         self.store = CountingJobStore(dsn, schema=schema)
         self.dispatched: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self.dispatcher = Dispatcher(self.store, self._dispatch, holder="hostile-test",
-                                     poll_interval=60.0)
+                                     poll_interval=60.0, listen=listen)
         self.thread = threading.Thread(target=self.dispatcher.run_sync, daemon=True)
 
     def _event(self, run_id: str) -> threading.Event:
@@ -281,6 +281,28 @@ def test_a_burst_of_due_now_payloads_wakes_the_dispatcher_a_few_times(
     print(f"2,000 payloads sent in {sent:.2f} s; {running.store.leases} job_lease calls")
     assert running.store.leases <= 20
     running.stop()
+
+
+def test_a_payload_the_client_encoding_cannot_hold_does_not_end_the_session(
+    pgstore_database: str, pgstore_schema: str, intruder: psycopg.Connection[Any],
+    producer: PgJobStore,
+) -> None:
+    # The server ends a session (FATAL) that it cannot convert a notification for;
+    # the listener asks for UTF-8, which holds every payload of a UTF-8 database.
+    latin1 = make_conninfo(pgstore_database, client_encoding="LATIN1")
+    runner = Running(pgstore_database, pgstore_schema, listen=latin1)
+    try:
+        channel = f"{pgstore_schema}.jobs"
+        pid = runner.start(pgstore_database, channel)
+        for payload in ("\u0661\u0662", "5\u20ac", "\U0001f600"):
+            _notify(intruder, channel, payload)
+        producer.schedule("real", producer.now_ms())
+        assert runner.wait_dispatched("real")
+        assert _listener_pids(pgstore_database, channel) == [pid]  # never reconnected
+        runner.stop()
+    finally:
+        if runner.thread.is_alive():
+            runner.stop()
 
 
 def test_the_payload_parser_accepts_only_a_bigint_in_decimal() -> None:
