@@ -10,6 +10,7 @@ connection of that role.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -314,3 +315,67 @@ def test_the_payload_parser_accepts_only_a_bigint_in_decimal() -> None:
     assert parse_dispatch_at("1700000000000") == 1_700_000_000_000
     assert parse_dispatch_at(str(BIGINT_MAX)) == BIGINT_MAX
     assert parse_dispatch_at("007") == 7
+
+
+def test_wakeups_coalesce_and_keep_one_timer_for_the_earliest_time() -> None:
+    from pgstore._listen import Wakeups
+
+    async def main() -> None:
+        woken: list[float] = []
+        loop = asyncio.get_running_loop()
+        now_ms = [1_000_000]
+        wakeups = Wakeups(lambda: woken.append(loop.time()), horizon=60.0,
+                          clock_ms=lambda: now_ms[0])
+
+        wakeups.hint(now_ms[0] + 61_000)  # beyond the poll: no timer at all
+        assert wakeups._timer is None
+
+        for _ in range(1_000):  # received together: one wake-up, after the drain
+            wakeups.hint(0)
+        assert woken == []
+        await asyncio.sleep(0.05)
+        assert len(woken) == 1
+
+        # One timer, for the earliest of many future times; a due-now hint in
+        # between does not lose them.
+        for delay in range(30_000, 100, -100):
+            wakeups.hint(now_ms[0] + delay)
+        timers = [wakeups._timer]
+        wakeups.hint(now_ms[0])
+        timers.append(wakeups._timer)
+        await asyncio.sleep(0.05)
+        assert len(woken) == 2
+        assert wakeups._future[0] == now_ms[0] + 200
+        assert len(wakeups._future) <= pgstore._listen.MAX_FUTURE
+        assert wakeups._timer is not None and wakeups._timer not in timers
+        now_ms[0] += 200  # the earliest one falls due before its timer (0.2 s) fires
+        await asyncio.sleep(0.4)
+        assert len(woken) == 3
+        assert wakeups._future[0] == now_ms[0] + 100
+        wakeups.cancel()
+        assert wakeups._timer is None and not wakeups._future
+
+    asyncio.run(main())
+
+
+def test_wakeups_are_rate_limited_after_a_burst() -> None:
+    from pgstore._listen import WAKE_BURST, WAKE_EVERY, Wakeups
+
+    async def main() -> None:
+        woken: list[float] = []
+        loop = asyncio.get_running_loop()
+        wakeups = Wakeups(lambda: woken.append(loop.time()), horizon=60.0)
+        started = loop.time()
+        hints = 0
+        while loop.time() - started < 0.8:  # a due-now hint every millisecond or so
+            wakeups.hint(0)
+            hints += 1
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(2 * WAKE_EVERY)
+        wakeups.cancel()
+        # A burst at once, then one per WAKE_EVERY: a bound that holds however slow
+        # the machine, since it is counted against the time the last one happened.
+        assert WAKE_BURST < len(woken) <= WAKE_BURST + (woken[-1] - started) / WAKE_EVERY + 1
+        assert hints > 2 * len(woken)
+
+    asyncio.run(main())
