@@ -17,13 +17,13 @@ import asyncio
 import inspect
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import _signals
 from . import _validate as v
 from .errors import InvalidArgument
 
@@ -165,13 +165,24 @@ class Runtime:
         while self._running:
             await asyncio.wait(set(self._running))
 
-    async def run(self, *, handle_signals: bool = False) -> None:
-        """Claim and run until ``stop()`` (or SIGTERM / SIGINT with ``handle_signals``)."""
+    async def run(self, *, handle_signals: bool | None = None) -> None:
+        """Claim and run until ``stop()``, SIGTERM or SIGINT; returns after a graceful stop.
+
+        A graceful stop (``stop()``, or either signal): no new claims; running work gets
+        ``grace_period`` seconds to finish and be committed; whatever is still running
+        then is cancelled and abandoned (nothing is committed for it; its leases expire).
+
+        ``handle_signals``: ``None`` (the default) makes SIGTERM and SIGINT a graceful
+        stop when run in the main thread on a loop that supports signal handlers, unless
+        the application handles or ignores that signal itself; elsewhere they are left
+        alone. ``False`` leaves both signals alone (stop with ``stop()``); ``True``
+        takes both, replacing any handler, and raises where the loop cannot. Runtimes
+        run together on one loop (``asyncio.gather``) all stop on one signal. The
+        handlers are removed when ``run()`` returns.
+        """
         await self.start()
         loop = asyncio.get_running_loop()
-        if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+        taken = _signals.take(loop, self.stop, handle_signals)
         try:
             while not self.stopping:
                 try:
@@ -184,9 +195,7 @@ class Runtime:
                     await self._idle(self.poll_interval)
             await self._shutdown()
         finally:
-            if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+            _signals.give_back(loop, self.stop, taken)
 
     def run_sync(self) -> None:
         """``run()`` in a new event loop until SIGTERM / SIGINT (or ``stop()``)."""
@@ -197,7 +206,9 @@ class Runtime:
         return self._stopping is not None and self._stopping.is_set()
 
     def stop(self) -> None:
-        """Stop claiming; running work gets the grace period. Safe from any thread."""
+        """Begin a graceful stop: ``run()`` claims nothing more, gives running work the
+        grace period, and returns. Safe from any thread (and from a signal handler);
+        a no-op before ``start()`` and when already stopping."""
         loop, stopping = self._loop, self._stopping
         if loop is None or stopping is None:
             return
