@@ -167,6 +167,7 @@ def dispatcher_in_background() -> Iterator[Callable[[Dispatcher], _Background]]:
         background.thread.join(WAIT)
         assert not background.thread.is_alive(), "the dispatcher did not stop"
         assert background.error is None, background.error
+        background.dispatcher.store.close()  # type: ignore[attr-defined]
 
 
 def test_typescript_example_against_the_store_and_a_python_dispatcher(
@@ -185,9 +186,7 @@ def test_typescript_example_against_the_store_and_a_python_dispatcher(
         got.set()
         return f"bot-{job.run_id}"
 
-    dispatcher = Dispatcher(
-        PgJobStore(dsn, schema=SCHEMA), dispatch, poll_interval=POLL_INTERVAL, grace_period=5.0
-    )
+    dispatcher = Dispatcher(PgJobStore(dsn, schema=SCHEMA), dispatch, poll_interval=POLL_INTERVAL, grace_period=5.0)
     dispatcher_in_background(dispatcher)
 
     env = {**os.environ, "PGSTORE_DSN": node_url(dsn), "PGSTORE_SCHEMA": SCHEMA}
