@@ -4,7 +4,7 @@ Two layers. ``text``, ``integer`` and ``text_list`` check only what SQL
 cannot see (Python types, NUL characters, the bigint range); the PostgreSQL
 stores run them before sending a call, and leave the value rules to the SQL
 functions. The value rules (``name``, ``positive``, ``present``, ``one_of``,
-``add``) mirror sql/00_common.sql word for word for the in-memory stores.
+``spec``, ``add``) mirror sql/00_common.sql word for word for the in-memory stores.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ BIGINT_MIN = -(2**63)
 BIGINT_MAX = 2**63 - 1
 INTEGER_MAX = 2**31 - 1
 NAME_MAX_CHARS = 1024
+#: A schedule's spec, as sql/00_common.sql's check_length says: a cron expression
+#: with its zone is under 100 characters, an interval or delay under 20.
+SPEC_MAX_CHARS = 1024
 
 _S = TypeVar("_S", bound=str)
 
@@ -87,6 +90,15 @@ def present_text(param: str, value: object) -> str:
     text(param, value)
     if not isinstance(value, str):
         raise InvalidArgument(f"{param} must not be null")
+    return value
+
+
+def spec(param: str, value: object) -> str:
+    """A schedule's spec: a non-null string of at most 1024 characters (empty allowed)."""
+    present_text(param, value)
+    assert isinstance(value, str)
+    if len(value) > SPEC_MAX_CHARS:
+        raise InvalidArgument(f"{param} must be a string of at most 1024 characters")
     return value
 
 

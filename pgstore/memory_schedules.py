@@ -57,7 +57,7 @@ class MemoryScheduleStore:
     ) -> ScheduleRecord:
         v.name("id", id)
         kind = v.one_of("kind", kind, SCHEDULE_KINDS)
-        v.present_text("spec", spec)
+        v.spec("spec", spec)
         v.integer("next_run_at", next_run_at)
         v.integer("now", now)
         at = wall_clock_ms() if now is None else now

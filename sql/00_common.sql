@@ -10,7 +10,7 @@ CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0005'::text $$;
+AS $$ SELECT 'pgstore_0006'::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '
@@ -58,6 +58,19 @@ $$;
 COMMENT ON FUNCTION check_name(text, text) IS
 'Raises 22023 naming p_param unless p_value is a non-empty string of at most '
 '1024 characters (ids, owners, holders, worker ids).';
+
+CREATE FUNCTION check_length(p_param text, p_value text) RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT CASE WHEN length(p_value) > 1024
+                THEN raise_invalid(format(
+                         '%s must be a string of at most 1024 characters', p_param))
+           END
+$$;
+
+COMMENT ON FUNCTION check_length(text, text) IS
+'Raises 22023 naming p_param when p_value is longer than 1024 characters; NULL '
+'and the empty string pass (check_present rejects NULL). A schedule''s spec.';
 
 CREATE FUNCTION check_positive(p_param text, p_value bigint) RETURNS void
 LANGUAGE sql

@@ -3,7 +3,9 @@
 -- Every function validates all of its arguments before touching a row, so a
 -- bad argument raises 22023 (naming the parameter) and changes nothing,
 -- whatever the state of the row. Times are epoch ms; a NULL p_now means
--- now_ms(), the database clock.
+-- now_ms(), the database clock. A p_now that is not NULL must lie within
+-- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
+-- (off by default: see 01_settings.sql).
 
 CREATE FUNCTION schedule_get(p_id text) RETURNS SETOF schedules
 LANGUAGE plpgsql STABLE
@@ -33,6 +35,10 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
+    PERFORM check_length('spec', p_spec);
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
+    END IF;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
@@ -86,7 +92,8 @@ COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint) IS
 'updated_at = now. Present with the same kind and spec: untouched (a restart '
 'keeps its next_run_at). Present with another kind or spec: overwrite kind, '
 'spec and next_run_at, updated_at = now; token, lease and last_* kept. '
-'Returns the stored row. p_next_run_at may be NULL (a tombstone).';
+'Returns the stored row. p_next_run_at may be NULL (a tombstone). p_spec: at '
+'most 1024 characters.';
 
 CREATE FUNCTION schedule_claim_due(
     p_id text, p_owner text, p_now bigint, p_lease_ms bigint
@@ -102,6 +109,9 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
+    END IF;
     v_now := coalesce(p_now, now_ms());
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
 
@@ -170,6 +180,9 @@ BEGIN
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('last_run_at', p_last_run_at);
     PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
+    END IF;
     v_now := coalesce(p_now, now_ms());
 
     UPDATE schedules
@@ -248,6 +261,9 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'ids must hold non-empty strings of at most 1024 characters';
+    END IF;
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
     END IF;
     v_now := coalesce(p_now, now_ms());
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps

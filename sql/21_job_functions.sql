@@ -3,7 +3,9 @@
 -- Every function validates all of its arguments before touching a row, so a
 -- bad argument raises 22023 (naming the parameter) and changes nothing,
 -- whatever the state of the row. Times are epoch ms; a NULL p_now means
--- now_ms(), the database clock.
+-- now_ms(), the database clock. A p_now that is not NULL must lie within
+-- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
+-- (off by default: see 01_settings.sql).
 
 CREATE FUNCTION job_channel() RETURNS text
 LANGUAGE sql STABLE
@@ -65,6 +67,9 @@ DECLARE
 BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
+    END IF;
     v_now := coalesce(p_now, now_ms());
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
@@ -112,6 +117,9 @@ BEGIN
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
+    IF p_now IS NOT NULL THEN
+        PERFORM check_now(p_now);
+    END IF;
     v_now := coalesce(p_now, now_ms());
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 

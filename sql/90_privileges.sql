@@ -6,7 +6,8 @@
 -- one but the owner may execute anything or touch the tables directly: the
 -- migration grants EXECUTE on the API functions (not the check_* helpers) and
 -- USAGE on the schema to the client role "<schema>_client" (see
--- client_role.sql.template); the tables grant nothing to clients.
+-- client_role.sql.template); the tables grant nothing to clients, so only
+-- the owner can change store_settings (the bound on p_now).
 --
 -- Run migrations as a dedicated owner role, not a superuser: the functions
 -- run with the owner's rights.
@@ -35,6 +36,8 @@ REVOKE ALL ON FUNCTION check_name(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_positive(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_present(text, anyelement) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_one_of(text, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_length(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_now(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION raise_invalid(text) FROM PUBLIC;
 
-REVOKE ALL ON TABLE schedules, schedule_fences, jobs FROM PUBLIC;
+REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings FROM PUBLIC;

@@ -127,6 +127,37 @@ def test_renew_after_lease_expired_but_unclaimed_still_works(schedules: StoreUnd
     assert s.renew("t", claim.fencing_token, 50_000) is True
 
 
+def test_renew_to_the_past_gives_the_lease_up_early(schedules: StoreUnderTest) -> None:
+    """Not a bug: renew takes no now, so it cannot tell a past lease_until from a
+    future one. The lease ends there: the holder's complete still succeeds until
+    someone claims the record, and from that lease_until on anyone may."""
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.renew("t", claim.fencing_token, 50) is True  # before the claim's own now
+    rec = s.get("t")
+    assert (rec.lease_owner, rec.lease_until) == ("w1", 50)
+    assert rec.fencing_token == claim.fencing_token
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 100, "ok"), 150) is True
+    assert s.get("t").lease_owner is None
+
+
+def test_renew_to_the_past_lets_others_claim_from_then_on(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.renew("t", claim.fencing_token, 120) is True
+    assert s.claim_due("t", "w2", 119, LEASE) is None  # still live before 120
+    taken = s.claim_due("t", "w2", 120, LEASE)  # within the original lease (until 1,100)
+    assert taken is not None and taken.fencing_token == claim.fencing_token + 1
+    before = schedules.state()
+    assert s.renew("t", claim.fencing_token, 99_999) is False
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 100, "ok"), 150) is False
+    assert schedules.state() == before
+
+
 def test_renew_and_complete_with_stale_token_fail(schedules: StoreUnderTest) -> None:
     s = schedules.store
     _registered(s)
@@ -283,6 +314,10 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("register", "kind", ("t", "weekly", "1", 1, 1)),
     ("register", "kind", ("t", None, "1", 1, 1)),
     ("register", "spec", ("t", "interval", None, 1, 1)),
+    ("register", "spec", ("t", "interval", "1" * 1025, 1, 1)),  # present
+    ("register", "spec", ("new", "interval", "1" * 1025, 1, 1)),  # absent
+    ("register", "spec", ("gone", "interval", "1" * 1025, 1, 1)),  # absent, fenced
+    ("register", "spec", ("t", "cron", "é" * 1025, 1, 1)),  # characters, not bytes
     ("claim_due", "id", ("", "w", 100, LEASE)),
     ("claim_due", "id", (LONG, "w", 100, LEASE)),
     ("claim_due", "owner", ("t", "", 100, LEASE)),
@@ -347,6 +382,14 @@ def test_names_of_exactly_1024_characters_are_fine(schedules: StoreUnderTest) ->
     claim = s.claim_due(OK_1024, OK_1024, 100, LEASE)
     assert claim is not None and claim.record.lease_owner == OK_1024
     assert len(s.claim_next(OK_1024, 100, LEASE, 1, [OK_1024])) == 0
+
+
+def test_spec_of_exactly_1024_characters_is_fine(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    assert s.register("t", "cron", "x" * 1024, 100, 1).spec == "x" * 1024
+    assert s.register("t", "cron", "é" * 1024, 100, 2).spec == "é" * 1024  # 2,048 bytes
+    assert s.register("u", "once", "", 100, 3).spec == ""  # empty is a spec like any other
+    assert s.get("t").spec == "é" * 1024
 
 
 def test_lengths_count_characters_not_bytes(schedules: StoreUnderTest) -> None:

@@ -59,6 +59,8 @@ NULL_CALLS = [
     ("schedule_register(NULL, 'once', '1', 0, 0)", "id"),
     ("schedule_register('t', NULL, '1', 0, 0)", "kind"),
     ("schedule_register('t', 'once', NULL, 0, 0)", "spec"),
+    ("schedule_register('t', 'once', repeat('1', 1025), 0, 0)", "spec"),
+    ("schedule_register('absent', 'once', repeat('1', 1025), 0, 0)", "spec"),
     ("schedule_claim_due(NULL, 'w', 0, 1)", "id"),
     ("schedule_claim_due('t', NULL, 0, 1)", "owner"),
     ("schedule_claim_due('t', 'w', 0, NULL)", "lease_ms"),

@@ -5,7 +5,8 @@
 
 Loads the current sql/ into a throwaway database on that server, runs
 ``plpgsql_check_function_tb`` with extra, performance and security warnings
-on each function, prints every finding and exits 1 if there is any (or if
+on each function (on the search_path the API functions pin, the one their
+helpers run on), prints every finding and exits 1 if there is any (or if
 the server lacks the extension: Debian's ``postgresql-15-plpgsql-check``).
 """
 
@@ -29,7 +30,7 @@ CHECK = """
 SELECT p.oid::regprocedure::text, r.level, r.message, r.lineno, r.statement, r.hint
   FROM pg_proc p
   JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql'
- CROSS JOIN LATERAL plpgsql_check_function_tb(
+ CROSS JOIN LATERAL public.plpgsql_check_function_tb(
            p.oid,
            fatal_errors => false,
            extra_warnings => true,
@@ -57,7 +58,10 @@ def check(dsn: str) -> int:
         install_schema(target, SCHEMA)
         conn: psycopg.Connection[Any]
         with psycopg.connect(target, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION plpgsql_check")
+            conn.execute("CREATE EXTENSION plpgsql_check SCHEMA public")
+            # The helpers (check_now) carry no SET clause: they run on the pinned
+            # search_path of the API function that calls them, so check them on it.
+            conn.execute(sql.SQL("SET search_path = {}, pg_temp").format(sql.Identifier(SCHEMA)))
             checked = conn.execute(
                 "SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang"
                 " WHERE l.lanname = 'plpgsql' AND p.pronamespace = %s::regnamespace", (SCHEMA,)

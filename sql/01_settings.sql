@@ -1,0 +1,52 @@
+-- pgstore: the store's settings, which only its owner may change.
+--
+-- Not a custom GUC: any session may SET a placeholder variable such as
+-- "pgstore.max_clock_skew_ms" (only an extension written in C can declare one
+-- that needs a superuser), so a client could lift a bound read from one for
+-- itself. A table that grants nothing to clients cannot be changed by them,
+-- and the API functions read it as its owner (SECURITY DEFINER) on their
+-- pinned search_path, so no temporary table of a client's stands in for it.
+
+CREATE TABLE store_settings (
+    singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    max_clock_skew_ms bigint CHECK (max_clock_skew_ms >= 0)
+);
+
+INSERT INTO store_settings DEFAULT VALUES;
+
+COMMENT ON TABLE store_settings IS
+'The store''s settings: one row, written by the owner with plain UPDATE. Clients '
+'can neither read nor write it.';
+COMMENT ON COLUMN store_settings.singleton IS
+'Always true: the primary key that keeps the table to one row.';
+COMMENT ON COLUMN store_settings.max_clock_skew_ms IS
+'NULL (the default): off. Else every p_now that is not NULL must lie within this '
+'many ms of now_ms(), or the call raises 22023 naming now and changes nothing.';
+
+CREATE FUNCTION check_now(p_now bigint) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- Like the check_* helpers it runs as its caller, an API function: as the
+-- store's owner, on that function's pinned search_path. The callers skip it
+-- for a NULL p_now, so the database-clock path never reads the table.
+DECLARE
+    v_bound bigint;
+    v_clock bigint;
+BEGIN
+    SELECT s.max_clock_skew_ms INTO v_bound FROM store_settings s;
+    IF v_bound IS NOT NULL THEN
+        v_clock := now_ms();
+        -- numeric: p_now may be anywhere in bigint's range, so p_now - v_clock
+        -- could overflow.
+        IF abs(p_now::numeric - v_clock) > v_bound THEN
+            PERFORM raise_invalid(format(
+                'now must be within %s ms of the database clock (now - now_ms() = %s ms)',
+                v_bound, p_now::numeric - v_clock));
+        END IF;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_now(bigint) IS
+'Raises 22023 naming now when store_settings.max_clock_skew_ms is set and p_now '
+'is further than that from now_ms(). Called only for a p_now that is not NULL.';
