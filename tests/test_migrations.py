@@ -117,6 +117,57 @@ def test_upgrade_from_0001_keeps_schedules_and_downgrade_back_to_it(
         assert conn.execute("SELECT to_regclass('mig_upgraded.jobs')").fetchone() == (None,)
 
 
+def test_upgrade_from_0005_keeps_data_and_downgrade_back_to_it(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0006 adds store_settings (off), the spec limit and the bound on now; rows
+    stored before it, a spec past the new limit among them, are kept both ways."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig6_upgraded", "pgstore_0005")
+    migrate(dsn, "mig6_reference", "pgstore_0005")
+    long_spec = "1" * 2000  # fine at 0005
+    tables = ("schedules", "schedule_fences", "jobs")
+
+    def rows(conn: psycopg.Connection[Any]) -> list[Any]:
+        return [conn.execute(f"SELECT * FROM mig6_upgraded.{t} ORDER BY 1").fetchall()  # type: ignore[arg-type]
+                for t in tables]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig6_upgraded")
+        conn.execute("SELECT schedule_register('t', 'interval', '1000', 0, 0)")
+        conn.execute("SELECT schedule_claim_due('t', 'w', 10, 60000)")
+        conn.execute("SELECT schedule_register('gone', 'once', '1', 0, 0)")
+        conn.execute("SELECT schedule_claim_due('gone', 'w', 10, 5)")
+        conn.execute("SELECT schedule_delete('gone')")
+        conn.execute("SELECT schedule_register('long', 'interval', %s, 0, 0)", (long_spec,))
+        conn.execute("SELECT job_schedule('r', 0)")
+        conn.execute("SELECT job_lease('h', 10, 60000)")
+        before = rows(conn)
+
+    migrate(dsn, "mig6_upgraded")
+    assert current_revision(dsn, "mig6_upgraded") == pgstore.HEAD_REVISION == "pgstore_0006"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig6_upgraded")
+        assert rows(conn) == before
+        assert conn.execute("SELECT * FROM store_settings").fetchall() == [(True, None)]
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="spec"):
+            conn.execute("SELECT schedule_register('long', 'interval', %s, 0, 0)", (long_spec,))
+        assert conn.execute("SELECT schedule_claim_due('t', 'w2', 1000000000000000, 1)").fetchall() != []
+        conn.execute("UPDATE store_settings SET max_clock_skew_ms = 60000")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="now must be within"):
+            conn.execute("SELECT job_renew('r', 'h', 1000000000000000, 1000)")
+        before = rows(conn)
+
+    downgrade(dsn, "mig6_upgraded", "pgstore_0005")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig6_upgraded") == catalog(conn, "mig6_reference")
+        assert conn.execute("SELECT mig6_upgraded.schema_revision()").fetchone() == ("pgstore_0005",)
+        assert rows(conn) == before
+        conn.execute("SET search_path = mig6_upgraded")
+        conn.execute("SELECT schedule_register('longer', 'interval', %s, 0, 0)", (long_spec * 2,))
+        assert conn.execute("SELECT job_renew('r', 'h', 1000000000000000, 1000)").fetchone() == (False,)
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

@@ -45,7 +45,9 @@ API_CALLS = [
     "job_list_dispatched()",
     "job_remove('r')",
 ]
-TABLES = ["schedules", "schedule_fences", "jobs"]
+TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]
+#: The helpers the API functions call: internal, granted to no one.
+HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
     "SELECT * FROM {t}",
     "INSERT INTO {t} DEFAULT VALUES",
@@ -53,7 +55,10 @@ TABLE_WRITES = [
     "DELETE FROM {t}",
     "TRUNCATE {t}",
 ]
-FIRST_COLUMN = {"schedules": "id", "schedule_fences": "id", "jobs": "run_id"}
+FIRST_COLUMN = {
+    "schedules": "id", "schedule_fences": "id", "jobs": "run_id",
+    "store_settings": "max_clock_skew_ms",
+}
 
 
 class Roles:
@@ -133,7 +138,7 @@ def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles])
             sql.Identifier(SCHEMA), sql.Identifier(stranger)))
     before = _state(dsn)
     with roles.connect(stranger) as conn:
-        for call in [*API_CALLS, "check_name('id', 'x')"]:
+        for call in [*API_CALLS, *HELPER_CALLS]:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"SELECT * FROM {SCHEMA}.{call}")  # type: ignore[arg-type]
         for table in TABLES:
@@ -152,8 +157,9 @@ def test_a_client_calls_every_function_but_touches_no_table(shop: tuple[str, Rol
         assert answers["schedule_claim_due('t', 'w', 10, 1000)"][0][6] == 1  # the token
         assert answers["schedule_complete('t', 1, 2000, 10, 'ok', 20)"] == [(True,)]
         assert answers["job_mark_dispatched('r', 'h', 'w')"] == [(False, True)]
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute(f"SELECT {SCHEMA}.check_name('id', 'x')")  # helpers are not granted
+        for call in HELPER_CALLS:  # helpers are not granted
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT {SCHEMA}.{call}")  # type: ignore[arg-type]
         before = _state(dsn)
         for table in TABLES:
             for template in TABLE_WRITES:
@@ -257,3 +263,37 @@ def test_a_read_only_monitoring_role(shop: tuple[str, Roles]) -> None:
             conn.execute("UPDATE shop.jobs SET cancelled = true")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT shop.job_cancel('r')")
+
+
+def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
+    """The owner sets the bound with a plain UPDATE; a client can neither change it,
+    nor shadow the table, nor reach it through a setting of its session."""
+    dsn, roles = shop
+    app = roles.login(CLIENT)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("UPDATE shop.store_settings SET max_clock_skew_ms = 60000")
+        admin.execute(sql.SQL("GRANT TEMPORARY ON DATABASE {} TO {}").format(
+            sql.Identifier(admin.info.dbname), sql.Identifier(app)))
+    far = "now_ms() + 600000"
+    with roles.connect(app) as conn:
+        for statement in [
+            "UPDATE shop.store_settings SET max_clock_skew_ms = NULL",
+            "DELETE FROM shop.store_settings",
+            "TRUNCATE shop.store_settings",
+            "SELECT * FROM shop.store_settings",
+            "ALTER TABLE shop.store_settings DROP CONSTRAINT store_settings_pkey",
+            "DROP TABLE shop.store_settings",
+        ]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute("CREATE TEMP TABLE store_settings (singleton boolean,"
+                     " max_clock_skew_ms bigint)")
+        conn.execute("INSERT INTO pg_temp.store_settings VALUES (true, NULL)")
+        conn.execute("SET search_path = pg_temp, shop")
+        conn.execute("SET pgstore.max_clock_skew_ms = 0")  # a GUC would be the client's
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="now must be within"):
+            conn.execute(f"SELECT * FROM shop.job_lease('h', {far}, 1000)")  # type: ignore[arg-type]
+        assert conn.execute(  # the database clock is still fine
+            "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
+    with psycopg.connect(dsn) as admin:
+        assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [(True, 60000)]
