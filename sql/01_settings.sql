@@ -23,12 +23,14 @@ COMMENT ON COLUMN store_settings.max_clock_skew_ms IS
 'NULL (the default): off. Else every p_now that is not NULL must lie within this '
 'many ms of now_ms(), or the call raises 22023 naming now and changes nothing.';
 
-CREATE FUNCTION check_now(p_now bigint) RETURNS void
+CREATE FUNCTION check_now(p_now bigint) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 -- Like the check_* helpers it runs as its caller, an API function: as the
--- store's owner, on that function's pinned search_path. The callers skip it
--- for a NULL p_now, so the database-clock path never reads the table.
+-- store's owner, on that function's pinned search_path. The callers write
+-- "CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END": the
+-- database-clock path never reads the table, and as a plpgsql assignment of
+-- a plain expression it costs no query of its own beyond the one below.
 DECLARE
     v_bound bigint;
     v_clock bigint;
@@ -44,9 +46,11 @@ BEGIN
                 v_bound, p_now::numeric - v_clock));
         END IF;
     END IF;
+    RETURN p_now;
 END
 $$;
 
 COMMENT ON FUNCTION check_now(bigint) IS
-'Raises 22023 naming now when store_settings.max_clock_skew_ms is set and p_now '
-'is further than that from now_ms(). Called only for a p_now that is not NULL.';
+'Returns p_now; raises 22023 naming now instead when store_settings.max_clock_skew_ms '
+'is set and p_now is further than that from now_ms(). Called only for a p_now that '
+'is not NULL.';

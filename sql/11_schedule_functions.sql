@@ -29,16 +29,14 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now bigint := coalesce(p_now, now_ms());
+    v_now bigint;
     v_row schedules;
 BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
     PERFORM check_length('spec', p_spec);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
@@ -109,10 +107,7 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
 
     RETURN QUERY
@@ -180,10 +175,7 @@ BEGIN
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('last_run_at', p_last_run_at);
     PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     UPDATE schedules
        SET next_run_at = p_next_run_at,
@@ -262,10 +254,7 @@ BEGIN
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'ids must hold non-empty strings of at most 1024 characters';
     END IF;
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
 
     -- Two static statements, not one filtered by "p_ids IS NULL OR c.id =

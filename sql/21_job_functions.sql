@@ -67,10 +67,7 @@ DECLARE
 BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     -- The scalar subquery is an InitPlan: it runs once, walks the pending
@@ -117,10 +114,7 @@ BEGIN
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     UPDATE jobs

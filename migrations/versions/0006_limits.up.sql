@@ -41,12 +41,14 @@ COMMENT ON COLUMN store_settings.max_clock_skew_ms IS
 'NULL (the default): off. Else every p_now that is not NULL must lie within this '
 'many ms of now_ms(), or the call raises 22023 naming now and changes nothing.';
 
-CREATE FUNCTION check_now(p_now bigint) RETURNS void
+CREATE FUNCTION check_now(p_now bigint) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 -- Like the check_* helpers it runs as its caller, an API function: as the
--- store's owner, on that function's pinned search_path. The callers skip it
--- for a NULL p_now, so the database-clock path never reads the table.
+-- store's owner, on that function's pinned search_path. The callers write
+-- "CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END": the
+-- database-clock path never reads the table, and as a plpgsql assignment of
+-- a plain expression it costs no query of its own beyond the one below.
 DECLARE
     v_bound bigint;
     v_clock bigint;
@@ -62,12 +64,14 @@ BEGIN
                 v_bound, p_now::numeric - v_clock));
         END IF;
     END IF;
+    RETURN p_now;
 END
 $$;
 
 COMMENT ON FUNCTION check_now(bigint) IS
-'Raises 22023 naming now when store_settings.max_clock_skew_ms is set and p_now '
-'is further than that from now_ms(). Called only for a p_now that is not NULL.';
+'Returns p_now; raises 22023 naming now instead when store_settings.max_clock_skew_ms '
+'is set and p_now is further than that from now_ms(). Called only for a p_now that '
+'is not NULL.';
 
 CREATE OR REPLACE FUNCTION schedule_register(
     p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL
@@ -77,16 +81,14 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now bigint := coalesce(p_now, now_ms());
+    v_now bigint;
     v_row schedules;
 BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
     PERFORM check_length('spec', p_spec);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
@@ -157,10 +159,7 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
 
     RETURN QUERY
@@ -192,10 +191,7 @@ BEGIN
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('last_run_at', p_last_run_at);
     PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     UPDATE schedules
        SET next_run_at = p_next_run_at,
@@ -232,10 +228,7 @@ BEGIN
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'ids must hold non-empty strings of at most 1024 characters';
     END IF;
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
 
     -- Two static statements, not one filtered by "p_ids IS NULL OR c.id =
@@ -301,10 +294,7 @@ DECLARE
 BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     -- The scalar subquery is an InitPlan: it runs once, walks the pending
@@ -343,10 +333,7 @@ BEGIN
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    IF p_now IS NOT NULL THEN
-        PERFORM check_now(p_now);
-    END IF;
-    v_now := coalesce(p_now, now_ms());
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     UPDATE jobs
