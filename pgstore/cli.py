@@ -2,8 +2,10 @@
 
 ::
 
+    pgstore --version
     pgstore migrate   [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
     pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
+                      [--yes]
     pgstore current   [--dsn DSN] [--schema NAME]
     pgstore schedules [--dsn DSN] [--schema NAME]
     pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
@@ -43,6 +45,7 @@ to stderr. The object carries its store, so ``run`` takes no ``--dsn``.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import math
 import os
 import sys
@@ -306,8 +309,22 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_downgrade(args: argparse.Namespace) -> int:
+    from ._downgrade import NotConfirmed, confirm, dropped_tables, loss_text, revisions_undone
     from .schema_migrations import current_revision, downgrade
 
+    current = current_revision(args.dsn, args.schema)
+    undone = revisions_undone(current, args.revision)
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        dropped = dropped_tables(conn, args.schema, undone)
+    if dropped and not args.yes:
+        assert current is not None  # something to undo
+        loss = loss_text(args.schema, current, args.revision, dropped)
+        if not sys.stdin.isatty():
+            raise NotConfirmed(
+                f"{loss}; stdin is not a terminal, so pass --yes to go ahead (nothing changed)"
+            )
+        confirm(loss, args.schema, sys.stdin, sys.stderr)
     downgrade(args.dsn, args.schema, args.revision, args.client_role)
     revision = current_revision(args.dsn, args.schema)
     print(f"schema {args.schema!r} is at {_revision_text(revision)}")
@@ -430,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="pgstore: a PostgreSQL lease store's schema and records."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {_version()}", help="print the version"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     migrate = commands.add_parser(
@@ -450,8 +470,22 @@ def build_parser() -> argparse.ArgumentParser:
         "downgrade",
         parents=[common],
         help="downgrade the schema; to base (the default) drops the store and its data",
+        description=(
+            "Downgrade the schema to --revision. Two revisions hold data: going below "
+            "pgstore_0002 (to pgstore_0001) drops the jobs table, and going below pgstore_0001 "
+            "(to base, the default) also drops the schedules and schedule_fences tables and "
+            "the store. Such a downgrade first says which tables it drops and how many rows "
+            "they hold; on a terminal it asks you to type the schema name, otherwise it "
+            "needs --yes (without it: exit status 2, nothing changed). The other revisions "
+            "change functions and grants only."
+        ),
     )
     downgrade.add_argument("--revision", default="base", help="target revision (default: base)")
+    downgrade.add_argument(
+        "--yes",
+        action="store_true",
+        help="go ahead without asking, even when the downgrade drops tables and their data",
+    )
     downgrade.add_argument(
         "--client-role",
         type=_client_role,
@@ -581,6 +615,13 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pgstore")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
     parser = build_parser()
@@ -589,8 +630,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error (already printed)
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
+    from ._downgrade import NotConfirmed
+
     try:
         status: int = args.run(args)
+    except NotConfirmed as exc:
+        print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
+        return 2
     except _expected_errors() as exc:
         print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
         return 1

@@ -197,7 +197,7 @@ def test_migrate_current_schedules_downgrade(
         rows["d-done"],
     )
 
-    status, out, err = cli("downgrade", *where)
+    status, out, err = cli("downgrade", *where, "--yes")
     assert (status, err) == (0, "")
     assert "none (not migrated)" in out
     assert cli("current", *where) == (0, "none (not migrated)\n", "")
@@ -290,7 +290,7 @@ def test_console_script_and_python_m(
     for argv in ([*script, "schedules", "--dsn", BAD_DSN], [*module, "migrate", "--dsn", BAD_DSN]):
         _assert_one_error_line(*_run(argv))
 
-    status, out, err = _run([*script, "downgrade", *where])
+    status, out, err = _run([*script, "downgrade", *where, "--yes"])
     assert (status, err) == (0, ""), err
     assert _run([*script, "current", *where]) == (0, "none (not migrated)\n", "")
 
@@ -1212,6 +1212,6 @@ def test_migrate_client_role_option(cli: Run, pgstore_fresh_database: Callable[[
                "--client-role", "cr_named_callers")[0] == 0
     assert roles() == {"cr_on_client", "cr_named_callers"}
     assert cli("downgrade", "--dsn", dsn, "--schema", "cr_named",
-               "--client-role", "cr_named_callers")[0] == 0
-    assert cli("downgrade", "--dsn", dsn, "--schema", "cr_on")[0] == 0
+               "--client-role", "cr_named_callers", "--yes")[0] == 0
+    assert cli("downgrade", "--dsn", dsn, "--schema", "cr_on", "--yes")[0] == 0
     assert roles() == set()

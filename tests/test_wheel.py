@@ -154,4 +154,4 @@ def test_installed_script_migrates_from_elsewhere(
     assert bad.stderr.startswith("pgstore: error: ")
     assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
 
-    assert "none (not migrated)" in _ok(_run([script, "downgrade", *where], run))
+    assert "none (not migrated)" in _ok(_run([script, "downgrade", *where, "--yes"], run))

@@ -1,0 +1,55 @@
+"""What the ``pgstore`` command-line tests share: running it in-process and as a process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from pgstore.cli import main
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+def in_process(capsys: pytest.CaptureFixture[str]) -> Run:
+    """``run("current", ...)`` -> (exit status, stdout, stderr), through ``main``."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = main(list(argv))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``PGSTORE_*`` defaults and no ``COLUMNS`` for in-process runs."""
+    for name in ("PGSTORE_DSN", "PGSTORE_SCHEMA", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    """This process's environment without ``PGSTORE_*``, ``COLUMNS`` and ``LINES``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PGSTORE_") and k not in ("COLUMNS", "LINES")
+    }
+    env.update(extra)
+    return env
+
+
+def pgstore_argv() -> list[str]:
+    """The command, as a process: ``python -m pgstore``."""
+    return [sys.executable, "-m", "pgstore"]
+
+
+def one_error_line(err: str) -> str:
+    """The only line of ``err``, which holds no traceback."""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]

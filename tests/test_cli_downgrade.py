@@ -1,0 +1,244 @@
+"""``pgstore --version``, and downgrades that drop data: they ask first.
+
+A downgrade below pgstore_0002 drops the jobs table, to base the whole store;
+on a terminal (a pseudo-terminal here) the operator types the schema's name,
+otherwise ``--yes`` is needed, and without it nothing changes (exit status 2).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgstore
+from pgstore import PgJobStore, PgScheduleStore
+from pgstore._downgrade import DATA_REVISIONS
+from pgstore._resources import migrations_dir
+from pgstore.schema_migrations import current_revision, migrate
+from tests.cli_support import (
+    Run,
+    clean_environment,
+    in_process,
+    one_error_line,
+    pgstore_argv,
+    process_env,
+)
+
+HEAD = pgstore.HEAD_REVISION
+
+
+@pytest.fixture(autouse=True)
+def _no_pgstore_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_environment(monkeypatch)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Run:
+    return in_process(capsys)
+
+
+# --- pgstore --version ----------------------------------------------------------
+
+
+def test_version_is_the_installed_distributions(cli: Run) -> None:
+    expected = f"pgstore {importlib.metadata.version('pgstore')}\n"
+    assert cli("--version") == (0, expected, "")
+    done = subprocess.run(
+        [*pgstore_argv(), "--version"], capture_output=True, text=True, env=process_env(), timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, expected, "")
+
+
+# --- downgrades that drop data ----------------------------------------------------
+
+
+def _fill(dsn: str, schema: str) -> None:
+    with PgScheduleStore(dsn, schema=schema) as store:
+        store.register("nightly", "cron", "0 3 * * *", 1_700_000_000_000)
+        store.register("tick", "interval", "60000", 1_700_000_000_000)
+    with PgJobStore(dsn, schema=schema) as jobs:
+        jobs.schedule("run-1", 1_700_000_000_000)
+        jobs.schedule("run-2", 4_102_444_800_000)
+
+
+def _contents(dsn: str, schema: str) -> dict[str, Any]:
+    """The schema's revision, its store's tables and every row in them."""
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s"
+                " AND tablename <> 'alembic_version' ORDER BY 1",
+                (schema,),
+            )
+        ]
+        rows = {
+            t: sorted(map(repr, conn.execute(f'SELECT * FROM "{schema}"."{t}"').fetchall()))
+            for t in tables
+        }
+    return {"revision": current_revision(dsn, schema), "rows": rows}
+
+
+@pytest.fixture
+def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str]]:
+    """A database and a schema migrated to head, holding schedules and jobs."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "dg", client_role=False)
+    _fill(dsn, "dg")
+    yield dsn, "dg"
+
+
+@pytest.mark.parametrize(
+    ("target", "tables"),
+    [
+        ("base", "jobs (2 rows), schedules (2 rows), schedule_fences (0 rows)"),
+        ("pgstore_0001", "jobs (2 rows)"),
+        ("-4", "jobs (2 rows)"),  # relative to the current revision, as alembic counts
+    ],
+)
+def test_a_downgrade_dropping_tables_without_a_terminal_needs_yes(
+    cli: Run, filled: tuple[str, str], monkeypatch: pytest.MonkeyPatch, target: str, tables: str
+) -> None:
+    dsn, schema = filled
+    before = _contents(dsn, schema)
+    assert set(before["rows"]) >= {"schedules", "jobs"} and before["rows"]["jobs"]
+    where = ["--dsn", dsn, "--schema", schema, "--client-role", "off", "--revision", target]
+
+    # A typed answer waiting on a stdin that is not a terminal is not a confirmation.
+    monkeypatch.setattr(sys, "stdin", _NotATerminal(f"{schema}\n"))
+    status, out, err = cli("downgrade", *where)
+    assert (status, out) == (2, "")
+    line = one_error_line(err)
+    assert line.startswith("pgstore: error: ")
+    assert f"from {HEAD} to {target} drops table" in line and tables in line
+    assert "--yes" in line and "nothing changed" in line
+    assert _contents(dsn, schema) == before
+    assert sys.stdin.read() == f"{schema}\n"  # never read
+
+    if target == "base":  # as a process with stdin on /dev/null: the same line and status
+        done = subprocess.run(
+            [*pgstore_argv(), "downgrade", *where],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=process_env(), timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (2, "")
+        assert one_error_line(done.stderr) == line
+        assert _contents(dsn, schema) == before
+
+    status, out, err = cli("downgrade", *where, "--yes")
+    assert (status, err) == (0, "")
+    after = _contents(dsn, schema)
+    assert "jobs" not in after["rows"]
+    if target == "base":
+        assert after == {"revision": None, "rows": {}}
+    else:
+        assert after["revision"] == "pgstore_0001"
+        assert after["rows"]["schedules"] == before["rows"]["schedules"]
+
+
+class _NotATerminal:
+    """A stdin that holds a line but is not a terminal."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def isatty(self) -> bool:
+        return False
+
+    def readline(self) -> str:
+        text, self._text = self._text, ""
+        return text
+
+    def read(self) -> str:
+        return self.readline()
+
+
+def test_a_downgrade_keeping_the_data_needs_no_confirmation(
+    cli: Run, filled: tuple[str, str]
+) -> None:
+    dsn, schema = filled
+    before = _contents(dsn, schema)
+    where = ["--dsn", dsn, "--schema", schema, "--client-role", "off"]
+    assert cli("downgrade", *where, "--revision", "-1") == (
+        0, f"schema {schema!r} is at pgstore_0004\n", ""
+    )
+    assert cli("downgrade", *where, "--revision", "pgstore_0002")[0] == 0
+    assert _contents(dsn, schema) == {**before, "revision": "pgstore_0002"}
+    # Nothing to drop in a schema that holds no store.
+    assert cli("downgrade", "--dsn", dsn, "--schema", "empty") == (
+        0, "schema 'empty' is at none (not migrated)\n", ""
+    )
+
+
+def test_downgrade_help_names_the_revisions_that_drop_data(cli: Run) -> None:
+    status, out, _ = cli("downgrade", "--help")
+    text = " ".join(out.split())
+    assert status == 0
+    assert "below pgstore_0002 (to pgstore_0001) drops the jobs table" in text
+    assert "below pgstore_0001 (to base, the default) also drops the schedules" in text
+    assert "--yes" in text and "type the schema name" in text
+
+
+def test_the_revisions_that_drop_data_are_the_ones_whose_downgrade_drops_tables() -> None:
+    versions = migrations_dir() / "versions"
+    dropping: dict[str, tuple[str, ...]] = {}
+    for down in sorted(versions.glob("*.down.sql")):
+        tables = re.findall(r"^\s*DROP TABLE (?:IF EXISTS )?(\w+)", down.read_text(), re.M)
+        if tables:
+            number = down.name.split("_", 1)[0]
+            dropping[f"pgstore_{number}"] = tuple(tables)
+    assert {r: set(t) for r, t in dropping.items()} == {
+        r: set(t) for r, t in DATA_REVISIONS.items()
+    }
+
+
+def _on_a_terminal(argv: list[str], typed: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run ``argv`` with stdin on a pseudo-terminal where ``typed`` has been typed."""
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        os.close(slave)
+        slave = -1
+        os.write(master, typed.encode())
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if slave != -1:
+            os.close(slave)
+        os.close(master)
+    return proc.returncode, out, err
+
+
+def test_a_downgrade_to_base_on_a_terminal_asks_for_the_schema_name(
+    filled: tuple[str, str],
+) -> None:
+    dsn, schema = filled
+    before = _contents(dsn, schema)
+    argv = [*pgstore_argv(), "downgrade", "--dsn", dsn, "--schema", schema, "--client-role", "off"]
+
+    for answer in ("y\n", "\x04"):  # "y" is not the name; \x04: end of input
+        status, out, err = _on_a_terminal(argv, answer, process_env())
+        assert (status, out) == (2, ""), err
+        # The prompt (stderr), then the refusal; the typed newline echoes on the terminal.
+        assert "Traceback" not in err
+        loss, question, *rest = err.split("\n")
+        assert loss.startswith(f"downgrading schema {schema!r} from {HEAD} to base drops tables")
+        assert question.startswith(f"Type the schema name ({schema}) to go ahead")
+        refusal = "".join(rest) if answer == "\x04" else question.split("stops: ", 1)[1]
+        assert refusal.startswith("pgstore: error: downgrade not confirmed, nothing changed")
+        assert _contents(dsn, schema) == before
+
+    status, out, err = _on_a_terminal(argv, f"{schema}\n", process_env())
+    assert (status, out) == (0, f"schema {schema!r} is at none (not migrated)\n"), err
+    assert _contents(dsn, schema) == {"revision": None, "rows": {}}
+
+
