@@ -15,7 +15,8 @@ from alembic import context
 from sqlalchemy import create_engine, pool, text
 
 from pgstore import _schema
-from pgstore._migration import target_schema
+from pgstore._history import check_offline
+from pgstore._migration import client_role, target_schema
 from pgstore.schema_migrations import VERSION_TABLE
 
 config = context.config
@@ -33,14 +34,19 @@ def _conninfo() -> str:
 
 
 def run_offline() -> None:
+    check_offline(client_role())  # before any SQL is printed
     context.configure(
         url=config.get_main_option("sqlalchemy.url") or "postgresql+psycopg://",
         literal_binds=True,
+        # "named": the printed SQL keeps each % as written (pyformat would double it).
+        dialect_opts={"paramstyle": "named"},
         version_table=VERSION_TABLE,
         version_table_schema=schema,
         transactional_ddl=True,
     )
     with context.begin_transaction():
+        # The version table lives in the store's schema and comes first in the script.
+        context.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema.replace(chr(34), chr(34) * 2)}"')
         context.run_migrations()
 
 

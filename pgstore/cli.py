@@ -290,6 +290,17 @@ def _revision_text(revision: str | None) -> str:
     return NOT_MIGRATED if revision is None else revision
 
 
+def _refuse_foreign(conninfo: str, schema: str, command: str) -> None:
+    """``ForeignHistory`` when another alembic history (a host app's) manages ``schema``."""
+    from ._history import foreign_revision, managed_elsewhere
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        revision = foreign_revision(conn, schema)
+    if revision is not None:
+        raise managed_elsewhere(schema, revision, command)
+
+
 def _client_role(text: str) -> bool | str:
     lowered = text.strip().lower()
     if lowered in ("on", "true", "yes", "1"):
@@ -302,6 +313,7 @@ def _client_role(text: str) -> bool | str:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from .schema_migrations import current_revision, migrate
 
+    _refuse_foreign(args.dsn, args.schema, "migrate")
     migrate(args.dsn, args.schema, args.revision, args.client_role)
     revision = current_revision(args.dsn, args.schema)
     print(f"schema {args.schema!r} is at {_revision_text(revision)}")
@@ -312,6 +324,7 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
     from ._downgrade import NotConfirmed, confirm, dropped_tables, loss_text, revisions_undone
     from .schema_migrations import current_revision, downgrade
 
+    _refuse_foreign(args.dsn, args.schema, "downgrade")
     current = current_revision(args.dsn, args.schema)
     undone = revisions_undone(current, args.revision)
     conn: psycopg.Connection[Any]
@@ -332,9 +345,21 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_current(args: argparse.Namespace) -> int:
+    from ._history import foreign_revision
     from .schema_migrations import current_revision
 
-    print(_revision_text(current_revision(args.dsn, args.schema)))
+    revision = current_revision(args.dsn, args.schema)
+    if revision is None:
+        conn: psycopg.Connection[Any]
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            foreign = foreign_revision(conn, args.schema)
+        if foreign is not None:
+            print(
+                f"{foreign} (from the schema's schema_revision(); managed by another alembic "
+                "history, e.g. a host app's: migrate it through that history)"
+            )
+            return 0
+    print(_revision_text(revision))
     return 0
 
 
