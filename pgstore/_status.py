@@ -32,6 +32,15 @@ may read the table (the owner), not the client role.
 A schedule's "unclaimed for" is how long it has been claimable: since the later
 of ``next_run_at`` and the end of an expired lease (a dead holder's record has
 been waiting only since its lease ran out).
+
+A schedule whose spec does not parse for its kind (``spec_problem``: a cron
+spec as ``CronSpec.parse`` reads it, an interval or a one-shot delay as a
+positive integer of ms, as the ``Scheduler`` writes them) gets a line of its
+own under the table, ``<id>: spec does not parse: <reason>``, and is counted in
+the summary: a scheduler cannot compute its next run.
+
+Given a ``width``, the table's ids and lease holders, and the lines that name a
+schedule or a job, are cut to fit it (``cli.fitted``, ``cli.clip``).
 """
 
 from __future__ import annotations
@@ -43,17 +52,20 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ._validate import BIGINT_MAX
 from .cli import (
+    MIN_CUT,
     NULL,
-    _aligned,
-    _text,
     _until,
+    clip,
+    fitted,
     format_duration,
     format_instant,
     holder_lease_state,
     iso_utc,
 )
 from .models import ScheduleRecord
+from .occurrences import CronSpec
 
 __all__ = [
     "SCHEDULE_COLUMNS",
@@ -63,6 +75,7 @@ __all__ = [
     "next_run_state",
     "read_job_counts",
     "schedule_status_table",
+    "spec_problem",
     "status_text",
     "unclaimed_for",
 ]
@@ -114,31 +127,76 @@ def unclaimed_for(record: ScheduleRecord, now_ms: int) -> int | None:
     return now_ms - since
 
 
-def schedule_status_table(records: Sequence[ScheduleRecord], now_ms: int) -> str:
-    """The records as an aligned table with ``SCHEDULE_COLUMNS``, in the given order."""
-    rows = []
-    for r in records:
-        waiting = unclaimed_for(r, now_ms)
-        rows.append(
-            (
-                _text(r.id),
-                next_run_state(r, now_ms),
-                last_run_state(r, now_ms),
-                str(r.fencing_token),
-                holder_lease_state(r.lease_owner, r.lease_until, now_ms),
-                NULL if waiting is None else format_duration(waiting),
+def schedule_status_table(
+    records: Sequence[ScheduleRecord], now_ms: int, width: int | None = None
+) -> str:
+    """The records as an aligned table with ``SCHEDULE_COLUMNS``, in the given order; ids and
+    lease holders cut to fit ``width`` characters (``cli.fitted``)."""
+
+    def rows(limit: int | None) -> list[tuple[str, ...]]:
+        out: list[tuple[str, ...]] = []
+        for r in records:
+            waiting = unclaimed_for(r, now_ms)
+            out.append(
+                (
+                    clip(r.id, limit),
+                    next_run_state(r, now_ms),
+                    last_run_state(r, now_ms),
+                    str(r.fencing_token),
+                    holder_lease_state(r.lease_owner, r.lease_until, now_ms, limit),
+                    NULL if waiting is None else format_duration(waiting),
+                )
             )
-        )
-    return _aligned(SCHEDULE_COLUMNS, rows)
+        return out
+
+    return fitted(SCHEDULE_COLUMNS, rows, width)
+
+
+def spec_problem(record: ScheduleRecord) -> str | None:
+    """Why ``record``'s spec does not parse for its kind, or None when it does: ``cron`` as
+    ``CronSpec.parse`` reads it (``[TZ=<zone> ]<expression>``), ``interval`` and ``once`` as
+    a positive integer of ms (decimal digits, at most the bigint maximum)."""
+    if record.kind == "cron":
+        try:
+            CronSpec.parse(record.spec)
+        except ValueError as exc:  # InvalidArgument, naming what is wrong
+            return str(exc)
+        return None
+    if record.kind in ("interval", "once"):
+        spec = record.spec
+        if spec.isascii() and spec.isdigit() and 0 < int(spec) <= BIGINT_MAX:
+            return None
+        what = "an interval" if record.kind == "interval" else "a one-shot delay"
+        return f"{what} must be a positive integer of ms, not {spec!r}"
+    return f"unknown kind {record.kind!r}"
+
+
+def _fit_line(before: str, value: str, after: str, width: int | None) -> str:
+    # before + value + after, the value cut (to no less than MIN_CUT) to fit ``width``.
+    limit = None if width is None else max(MIN_CUT, width - len(before) - len(after))
+    return f"{before}{clip(value, limit)}{after}"
+
+
+def _spec_lines(records: Sequence[ScheduleRecord], width: int | None) -> list[str]:
+    lines = []
+    for r in records:
+        problem = spec_problem(r)
+        if problem is not None:
+            # The id keeps at most a third of the line; the reason gets the rest.
+            head = clip(r.id, None if width is None else max(MIN_CUT, width // 3))
+            lines.append(_fit_line(f"{head}: spec does not parse: ", problem, "", width))
+    return lines
 
 
 def _schedule_summary(records: Sequence[ScheduleRecord], now_ms: int) -> str:
     unclaimed = sum(1 for r in records if unclaimed_for(r, now_ms) is not None)
     leased = sum(1 for r in records if _live(r.lease_until, now_ms))
     done = sum(1 for r in records if r.next_run_at is None)
+    broken = sum(1 for r in records if spec_problem(r) is not None)
+    unparsed = f", {broken} with a spec that does not parse" if broken else ""
     return (
         f"schedules: {len(records)} ({unclaimed} due and unclaimed, {leased} leased, "
-        f"{done} one-shot done)"
+        f"{done} one-shot done{unparsed})"
     )
 
 
@@ -223,7 +281,7 @@ def read_job_counts(conn: psycopg.Connection[Any], schema: str, now_ms: int) -> 
     )
 
 
-def _jobs_summary(counts: JobCounts, now_ms: int) -> str:
+def _jobs_summary(counts: JobCounts, now_ms: int, width: int | None = None) -> str:
     expired = (
         f" ({counts.due_expired_lease} after an expired lease)" if counts.due_expired_lease else ""
     )
@@ -237,28 +295,35 @@ def _jobs_summary(counts: JobCounts, now_ms: int) -> str:
         ("dispatched", str(counts.dispatched), f"sent{recalled}"),
         ("cancelled", str(counts.cancelled), "never dispatched"),
     ]
-    width = max(len(n) for _, n, _ in rows)
+    digits = max(len(n) for _, n, _ in rows)
     lines = [f"jobs: {counts.total}"]
-    lines += [f"  {state:<10}  {n:>{width}}  {what}" for state, n, what in rows]
+    lines += [f"  {state:<10}  {n:>{digits}}  {what}" for state, n, what in rows]
     if counts.oldest_due_run_id is None or counts.oldest_due_at is None:
         lines.append("oldest due job: none")
     else:
         lag = format_duration(max(0, now_ms - counts.oldest_due_at))
-        lines.append(
-            f"oldest due job: {_text(counts.oldest_due_run_id)}, {lag} late "
-            f"(dispatch_at {format_instant(counts.oldest_due_at)})"
-        )
+        after = f", {lag} late (dispatch_at {format_instant(counts.oldest_due_at)})"
+        lines.append(_fit_line("oldest due job: ", counts.oldest_due_run_id, after, width))
     return "\n".join(lines)
 
 
 def status_text(
-    schema: str, now_ms: int, records: Sequence[ScheduleRecord], counts: JobCounts
+    schema: str,
+    now_ms: int,
+    records: Sequence[ScheduleRecord],
+    counts: JobCounts,
+    width: int | None = None,
 ) -> str:
-    """The whole ``pgstore status`` output (without the final newline)."""
+    """The whole ``pgstore status`` output (without the final newline); the values that
+    name schedules and jobs cut to fit ``width`` characters (None: never cut)."""
     parts = [f"schema {schema!r}, database clock {format_instant(now_ms)}", ""]
     if records:
-        parts += [_schedule_summary(records, now_ms), schedule_status_table(records, now_ms)]
+        parts += [
+            _schedule_summary(records, now_ms),
+            schedule_status_table(records, now_ms, width),
+            *_spec_lines(records, width),
+        ]
     else:
         parts.append("schedules: none")
-    parts += ["", _jobs_summary(counts, now_ms)]
+    parts += ["", _jobs_summary(counts, now_ms, width)]
     return "\n".join(parts)

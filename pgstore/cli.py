@@ -18,6 +18,19 @@ the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
 ``pgstore: error: ...``, and exit with status 1; a schema that is missing or
 not at the migration head is such a failure, saying what to run.
 
+``downgrade`` below ``pgstore_0002`` drops the jobs table, and to ``base``
+(below ``pgstore_0001``) the schedules too and the whole store
+(``pgstore._downgrade``): it first names the tables and their row counts, and
+goes ahead only when the operator types the schema's name on a terminal, or
+with ``--yes``; otherwise it exits with status 2 and changes nothing. A schema
+whose store was migrated through a host app's alembic history (no pgstore
+version table in it, ``pgstore._history``) is reported by ``current`` from its
+own ``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
+
+The tables cut ids, owners, holders and worker ids (``…`` marks the cut) to fit
+the width: ``COLUMNS`` when set, else the terminal's when stdout is one; a pipe
+or a file gets every value whole.
+
 ``schedules`` and ``jobs`` print a table; instants are epoch ms with their
 ISO-8601 UTC form, and leases and due times are judged against the database
 clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
@@ -48,8 +61,9 @@ import argparse
 import importlib.metadata
 import math
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -108,15 +122,31 @@ def _text(value: str) -> str:
     return value if value.isprintable() else repr(value)
 
 
-def lease_state(record: ScheduleRecord, now_ms: int) -> str:
-    """``free``, ``held by OWNER until ISO (in Ns)`` or ``expired (OWNER)``, at ``now_ms``.
+#: Marks a value cut to fit the terminal.
+CUT_MARK = "\u2026"
+#: The fewest characters a value cut to fit keeps, the mark included.
+MIN_CUT = 12
+
+
+def clip(value: str, limit: int | None = None) -> str:
+    """``value`` on one line (control characters escaped), cut to ``limit`` characters
+    ending in ``CUT_MARK`` when it is longer; None: never cut."""
+    shown = _text(value)
+    if limit is None or len(shown) <= limit:
+        return shown
+    return shown[: max(limit - 1, 0)] + CUT_MARK
+
+
+def lease_state(record: ScheduleRecord, now_ms: int, limit: int | None = None) -> str:
+    """``free``, ``held by OWNER until ISO (in Ns)`` or ``expired (OWNER)``, at ``now_ms``;
+    OWNER cut to ``limit`` characters (``clip``).
 
     A lease is live while ``lease_until > now`` (SPEC §4: a claim needs
     ``lease_until IS NULL OR lease_until <= now``).
     """
     if record.lease_owner is None and record.lease_until is None:
         return "free"
-    owner = _text(record.lease_owner) if record.lease_owner is not None else "nobody"
+    owner = clip(record.lease_owner, limit) if record.lease_owner is not None else "nobody"
     if record.lease_until is None:
         return f"held by {owner} (no expiry)"
     if record.lease_until > now_ms:
@@ -137,22 +167,28 @@ COLUMNS = (
 )
 
 
-def schedules_table(records: Sequence[ScheduleRecord], now_ms: int) -> str:
-    """The records as an aligned text table (header, rule, one line per record)."""
-    rows = [
-        (
-            _text(r.id),
-            r.kind,
-            _text(r.spec),
-            format_instant(r.next_run_at),
-            format_instant(r.last_run_at),
-            r.last_status or NULL,
-            str(r.fencing_token),
-            lease_state(r, now_ms),
-        )
-        for r in records
-    ]
-    return _aligned(COLUMNS, rows)
+def schedules_table(
+    records: Sequence[ScheduleRecord], now_ms: int, width: int | None = None
+) -> str:
+    """The records as an aligned text table (header, rule, one line per record); ids, specs
+    and lease owners cut to fit ``width`` characters (``fitted``)."""
+
+    def rows(limit: int | None) -> list[tuple[str, ...]]:
+        return [
+            (
+                clip(r.id, limit),
+                r.kind,
+                clip(r.spec, limit),
+                format_instant(r.next_run_at),
+                format_instant(r.last_run_at),
+                r.last_status or NULL,
+                str(r.fencing_token),
+                lease_state(r, now_ms, limit),
+            )
+            for r in records
+        ]
+
+    return fitted(COLUMNS, rows, width)
 
 
 def _aligned(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -165,6 +201,33 @@ def _aligned(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out = [line(columns), line(["-" * w for w in widths])]
     out.extend(line(row) for row in rows)
     return "\n".join(out)
+
+
+def _widest(text: str) -> int:
+    return max(map(len, text.splitlines()), default=0)
+
+
+def fitted(
+    columns: Sequence[str],
+    rows_at: Callable[[int | None], Sequence[Sequence[str]]],
+    width: int | None,
+) -> str:
+    """The aligned table of ``rows_at(None)`` (every value whole) when ``width`` is None or
+    its lines fit; else of ``rows_at(limit)`` with the largest ``limit`` on the wide values
+    (ids, owners, worker ids) whose lines fit in ``width`` characters, at least ``MIN_CUT``:
+    the fixed-format cells (instants, states, counts) are never cut, so on a very narrow
+    terminal the lines still overflow."""
+    table = _aligned(columns, rows_at(None))
+    if width is None or _widest(table) <= width:
+        return table
+    best, low, high = MIN_CUT, MIN_CUT, max(MIN_CUT, width)
+    while low <= high:  # the table only widens as the limit grows
+        middle = (low + high) // 2
+        if _widest(_aligned(columns, rows_at(middle))) <= width:
+            best, low = middle, middle + 1
+        else:
+            high = middle - 1
+    return _aligned(columns, rows_at(best))
 
 
 # --- jobs ---------------------------------------------------------------------
@@ -207,12 +270,15 @@ def due_state(job: Job, now_ms: int) -> str:
     return f"overdue {late}" if pending else f"{late} ago"
 
 
-def holder_lease_state(holder: str | None, lease_until: int | None, now_ms: int) -> str:
+def holder_lease_state(
+    holder: str | None, lease_until: int | None, now_ms: int, limit: int | None = None
+) -> str:
     """``-`` (no lease), ``live: HOLDER until ISO (in 30s)`` or ``expired: HOLDER until ISO
-    (12s ago)``, at ``now_ms``. A lease is live while ``lease_until > now`` (SPEC §4, §5)."""
+    (12s ago)``, at ``now_ms``; HOLDER cut to ``limit`` characters (``clip``). A lease is
+    live while ``lease_until > now`` (SPEC §4, §5)."""
     if holder is None and lease_until is None:
         return NULL
-    who = _text(holder) if holder is not None else "nobody"
+    who = clip(holder, limit) if holder is not None else "nobody"
     if lease_until is None:
         return f"{who} (no expiry)"
     until = iso_utc(lease_until)
@@ -221,9 +287,9 @@ def holder_lease_state(holder: str | None, lease_until: int | None, now_ms: int)
     return f"expired: {who} until {until} ({format_duration(now_ms - lease_until)} ago)"
 
 
-def job_lease_state(job: Job, now_ms: int) -> str:
+def job_lease_state(job: Job, now_ms: int, limit: int | None = None) -> str:
     """A job's lease at ``now_ms``, as ``holder_lease_state`` shows it."""
-    return holder_lease_state(job.lease_holder, job.lease_until, now_ms)
+    return holder_lease_state(job.lease_holder, job.lease_until, now_ms, limit)
 
 
 JOB_COLUMNS = ("run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id")
@@ -233,21 +299,25 @@ def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def jobs_table(jobs: Sequence[Job], now_ms: int) -> str:
-    """The jobs as an aligned text table (header, rule, one line per job), in the given order."""
-    rows = [
-        (
-            _text(j.run_id),
-            format_instant(j.dispatch_at),
-            due_state(j, now_ms),
-            job_lease_state(j, now_ms),
-            _yes_no(j.dispatched),
-            _yes_no(j.cancelled),
-            _text(j.worker_id) if j.worker_id is not None else NULL,
-        )
-        for j in jobs
-    ]
-    return _aligned(JOB_COLUMNS, rows)
+def jobs_table(jobs: Sequence[Job], now_ms: int, width: int | None = None) -> str:
+    """The jobs as an aligned text table (header, rule, one line per job), in the given order;
+    run ids, lease holders and worker ids cut to fit ``width`` characters (``fitted``)."""
+
+    def rows(limit: int | None) -> list[tuple[str, ...]]:
+        return [
+            (
+                clip(j.run_id, limit),
+                format_instant(j.dispatch_at),
+                due_state(j, now_ms),
+                job_lease_state(j, now_ms, limit),
+                _yes_no(j.dispatched),
+                _yes_no(j.cancelled),
+                clip(j.worker_id, limit) if j.worker_id is not None else NULL,
+            )
+            for j in jobs
+        ]
+
+    return fitted(JOB_COLUMNS, rows, width)
 
 
 def read_jobs(
@@ -288,6 +358,20 @@ def read_jobs(
 
 def _revision_text(revision: str | None) -> str:
     return NOT_MIGRATED if revision is None else revision
+
+
+def output_width() -> int | None:
+    """The width tables are cut to fit: ``COLUMNS`` when it is a positive integer, else the
+    terminal's when stdout is one; None (every value whole) for a pipe or a file."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def _refuse_foreign(conninfo: str, schema: str, command: str) -> None:
@@ -381,7 +465,7 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
     if not records:
         print("no schedules")
         return 0
-    print(schedules_table(records, now))
+    print(schedules_table(records, now, output_width()))
     return 0
 
 
@@ -409,7 +493,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         which = "dispatched " if args.dispatched else "due " if args.due else ""
         print(f"no {which}jobs")
         return 0
-    print(jobs_table(jobs, now))
+    print(jobs_table(jobs, now, output_width()))
     if total > len(jobs):
         print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
     return 0
@@ -429,7 +513,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             counts = read_job_counts(conn, args.schema, now)
         finally:
             store.close()
-    print(status_text(args.schema, now, records, counts))
+    print(status_text(args.schema, now, records, counts, output_width()))
     return 0
 
 

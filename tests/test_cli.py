@@ -571,7 +571,7 @@ def test_status_text_against_the_given_clock() -> None:
             last_run_at=now - 130_000, last_status="error", fencing_token=2,
         ),
         _record(
-            id="e-done", kind="once", spec="0", next_run_at=None, last_run_at=now - 7_200_000,
+            id="e-done", kind="once", spec="60000", next_run_at=None, last_run_at=now - 7_200_000,
             last_status="ok", fencing_token=1,
         ),
         _record(
@@ -683,7 +683,7 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
         for id, kind, spec, next_at, last_at, last in [
             ("c-ok", "interval", "60000", now + 42_000, now - 10_000, "ok"),
             ("d-error", "cron", "*/5 * * * *", now + 3_600_000, now - 130_000, "error"),
-            ("e-done", "once", "0", None, now - 7_200_000, "ok"),
+            ("e-done", "once", "60000", None, now - 7_200_000, "ok"),
         ]:
             store.register(id, kind, spec, now - 1_000)  # type: ignore[arg-type]
             claim = store.claim_due(id, "host-c", None, 60_000)
