@@ -18,12 +18,13 @@ from dataclasses import replace
 import pytest
 
 from pgstore import PgJobStore, PgScheduleStore
-from pgstore._status import JobCounts, spec_problem, status_text
-from pgstore.cli import CUT_MARK, jobs_table, schedules_table
+from pgstore._status import JobCounts, status_text
+from pgstore.cli import jobs_table, schedules_table
 from pgstore.models import Job, ScheduleRecord
 from tests.cli_support import Run, clean_environment, in_process, pgstore_argv, process_env
 
 WIDE = 1024  # the longest id, owner, holder or worker id the store takes
+CUT_MARK = "\u2026"  # pgstore.cli.CUT_MARK
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +55,9 @@ def _widest(text: str) -> int:
 
 
 def test_tables_cut_wide_values_to_the_width() -> None:
+    from pgstore.cli import CUT_MARK as mark
+
+    assert mark == CUT_MARK
     wide_id, owner = "id-" + "i" * (WIDE - 3), "owner-" + "o" * (WIDE - 6)
     records = [_record(wide_id, owner), _record("short", None)]
     whole = schedules_table(records, NOW)
@@ -159,12 +163,16 @@ def test_commands_on_a_terminal_cut_to_its_width(pgstore_database: str, pgstore_
     ],
 )
 def test_spec_problem_names_what_does_not_parse(kind: str, spec: str, reason: str) -> None:
+    from pgstore._status import spec_problem
+
     record = replace(_record("r", None, spec), kind=kind)
     problem = spec_problem(record)
     assert problem is not None and reason in problem
 
 
 def test_spec_problem_accepts_what_the_scheduler_writes() -> None:
+    from pgstore._status import spec_problem
+
     for kind, spec in [
         ("cron", "*/5 * * * *"), ("cron", "TZ=Europe/Berlin 30 2 * * *"), ("cron", "@daily"),
         ("interval", "1"), ("interval", "9223372036854775807"), ("once", "60000"),
