@@ -164,7 +164,8 @@ def spec_problem(record: ScheduleRecord) -> str | None:
         return None
     if record.kind in ("interval", "once"):
         spec = record.spec
-        if spec.isascii() and spec.isdigit() and 0 < int(spec) <= BIGINT_MAX:
+        # The length first: int() refuses digit strings beyond its limit (4300 digits).
+        if len(spec) <= 19 and spec.isascii() and spec.isdigit() and 0 < int(spec) <= BIGINT_MAX:
             return None
         what = "an interval" if record.kind == "interval" else "a one-shot delay"
         return f"{what} must be a positive integer of ms, not {spec!r}"

@@ -75,8 +75,12 @@ from .errors import PgStoreError
 from .models import Job, ScheduleRecord
 
 __all__ = [
+    "CUT_MARK",
     "DEFAULT_JOB_LIMIT",
+    "MIN_CUT",
+    "clip",
     "due_state",
+    "fitted",
     "format_duration",
     "format_instant",
     "holder_lease_state",
@@ -84,6 +88,7 @@ __all__ = [
     "jobs_table",
     "lease_state",
     "main",
+    "output_width",
     "read_jobs",
     "schedules_table",
 ]
