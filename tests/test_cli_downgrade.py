@@ -101,7 +101,8 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
     [
         ("base", "jobs (2 rows), schedules (2 rows), schedule_fences (0 rows)"),
         ("pgstore_0001", "jobs (2 rows)"),
-        ("-4", "jobs (2 rows)"),  # relative to the current revision, as alembic counts
+        # relative to the current revision, as alembic counts: down to pgstore_0001
+        (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}", "jobs (2 rows)"),
     ],
 )
 def test_a_downgrade_dropping_tables_without_a_terminal_needs_yes(
