@@ -19,6 +19,9 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool.pool import AddConnection, MaintenanceTask
+from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
+from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
 from ._call import Call, statement
 from ._schema import check_schema
@@ -36,6 +39,31 @@ AsyncSource = Union[str, "psycopg.AsyncConnection[Any]", "AsyncConnectionPool[An
 #: Pool bounds of a store built from a conninfo string.
 OWNED_POOL_MIN = 1
 OWNED_POOL_MAX = 8
+
+#: The longest pause (seconds) between two attempts to replace a lost connection, in a
+#: pool a store owns. psycopg_pool doubles its pause after every failed attempt (1 s,
+#: 2 s, 4 s... up to its reconnect_timeout), so after an outage of T seconds it may wait
+#: about T more before trying again; capped, such a pool reconnects within this pause
+#: of the server answering again.
+OWNED_POOL_RECONNECT_PAUSE = 1.0
+
+
+class _OwnedPool(ConnectionPool[Any]):
+    """The pool of a store built from a conninfo: reconnection pauses are capped."""
+
+    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        if isinstance(task, AddConnection):
+            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
+        super().schedule_task(task, delay)
+
+
+class _AsyncOwnedPool(AsyncConnectionPool[Any]):
+    """``_OwnedPool`` for an asyncio store."""
+
+    async def schedule_task(self, task: AsyncMaintenanceTask, delay: float) -> None:
+        if isinstance(task, AsyncAddConnection):
+            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
+        await super().schedule_task(task, delay)
 
 
 @contextmanager
@@ -111,6 +139,7 @@ class _Runner(Generic[ConnT, PoolT]):
         schema: str,
         conn_type: type[ConnT],
         pool_type: type[PoolT],
+        owned_pool_type: type[PoolT],
         prepare: bool,
     ) -> None:
         self.schema = check_schema(schema)
@@ -125,7 +154,7 @@ class _Runner(Generic[ConnT, PoolT]):
         self._owns_pool = False
         self._opened = False
         if isinstance(source, str):
-            self._pool = pool_type(
+            self._pool = owned_pool_type(
                 source,
                 min_size=OWNED_POOL_MIN,
                 max_size=OWNED_POOL_MAX,
@@ -155,7 +184,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
     """Runs calls for a sync store."""
 
     def __init__(self, source: SyncSource, schema: str, prepare: bool) -> None:
-        super().__init__(source, schema, psycopg.Connection, ConnectionPool, prepare)
+        super().__init__(source, schema, psycopg.Connection, ConnectionPool, _OwnedPool, prepare)
         self._lock = threading.Lock()
 
     @contextmanager
@@ -203,7 +232,9 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
     """Runs calls for an asyncio store."""
 
     def __init__(self, source: AsyncSource, schema: str, prepare: bool) -> None:
-        super().__init__(source, schema, psycopg.AsyncConnection, AsyncConnectionPool, prepare)
+        super().__init__(
+            source, schema, psycopg.AsyncConnection, AsyncConnectionPool, _AsyncOwnedPool, prepare
+        )
         self._lock: asyncio.Lock | None = None
 
     @asynccontextmanager

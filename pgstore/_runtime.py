@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 import os
+import random
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -25,12 +26,18 @@ from typing import Any, TypeVar
 
 from . import _signals
 from . import _validate as v
+from ._transient import is_transient
 from .errors import InvalidArgument
 
 T = TypeVar("T")
 
 #: A clock in epoch ms; a runtime without one uses the store's clock (``now_ms()``).
 Clock = Callable[[], int]
+
+#: Retries of a transient failure in ``start()``: the first after about
+#: ``START_RETRY_FIRST`` seconds, doubling up to ``START_RETRY_MAX``, each with jitter.
+START_RETRY_FIRST = 0.05
+START_RETRY_MAX = 5.0
 
 
 def default_owner(kind: str) -> str:
@@ -135,7 +142,14 @@ class Runtime:
         return self._abandoned
 
     async def start(self) -> None:
-        """Bind to the running loop and prepare (idempotent per loop)."""
+        """Bind to the running loop and prepare (idempotent per loop).
+
+        A transient failure (a lost or refused connection, lock_timeout, statement
+        timeout, serialization failure, deadlock) is logged and retried with a capped
+        backoff until it succeeds or ``stop()`` is called (then ``start()`` returns and
+        the runtime claims nothing); any other error (``SchemaNotReady``,
+        ``InvalidArgument``...) is raised at once.
+        """
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self.stopping:
             self._loop = loop
@@ -146,7 +160,29 @@ class Runtime:
             self._executor = ThreadPoolExecutor(
                 max_workers=self.concurrency, thread_name_prefix=f"pgstore-{self.owner}"
             )
-        await self._prepare()
+        await self._prepare_retrying()
+
+    async def _prepare_retrying(self) -> None:
+        assert self._stopping is not None
+        attempt = 0
+        while True:
+            try:
+                await self._prepare()
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                attempt += 1
+                pause = min(START_RETRY_FIRST * 2 ** min(attempt - 1, 32), START_RETRY_MAX)
+                pause *= random.uniform(0.5, 1.0)  # runtimes started together do not retry in step
+                self.log.warning("%s: start failed (attempt %d): %s: %s; retrying in %.2fs",
+                                 self.owner, attempt, type(exc).__name__, exc, pause)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=pause)
+            except asyncio.TimeoutError:
+                continue
+            self.log.warning("%s: stopped while start was retrying", self.owner)
+            return
 
     async def tick(self) -> int:
         """One round: claim up to the free concurrency and start running; returns how many."""

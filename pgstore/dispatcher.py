@@ -2,15 +2,21 @@
 in a cancelled meeting.
 
 For each leased job the dispatcher calls the user's ``dispatch(job)``, which
-sends the bot and returns its worker id (or None), renewing the lease every
-third of ``ttl_ms`` while it runs. Then ``mark_dispatched``: when the answer is
-``cancelled`` (a cancel arrived meanwhile) or not ``recorded`` (the lease was
-lost and another holder took the job), the user's ``recall(job, worker_id)``
-is called so the bot leaves at once. When ``dispatch`` raises, the job is
-released for a retry at a time given by ``backoff``.
+sends the bot and returns its worker id (or None). Then ``mark_dispatched``:
+when the answer is ``cancelled`` (a cancel arrived meanwhile) or not
+``recorded`` (the lease was lost and another holder took the job), the user's
+``recall(job, worker_id)`` is called so the bot leaves at once. When
+``dispatch`` raises, the job is released for a retry at a time given by
+``backoff``.
 
-``mark_dispatched`` is safe to repeat for the same holder, so a failed one is
-retried a few times; ``release`` is not retried (the lease expires instead).
+The lease is renewed every third of ``ttl_ms`` (by the keeper the Scheduler
+uses too) from the lease until the mark has an answer: through ``dispatch``
+and through the retries of a failed ``mark_dispatched``. That call is safe to
+repeat for the same holder, so a failed one (a lost connection, a server
+outage) is retried for up to ``mark_timeout`` seconds; when no attempt has
+answered by then, the bot is recalled (it may be sent again once the lease
+expires, and must not stay twice). ``release`` is not retried (the lease
+expires instead).
 
 Wake-ups: with a PostgreSQL store, an idle dispatcher LISTENs on the store's
 ``job_channel()``, which ``job_schedule`` notifies at commit, so a job
@@ -27,13 +33,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _validate as v
+from ._keeper import keep_lease
 from ._listen import JobListener
-from ._runtime import Clock, Runtime, awaitable, default_owner
+from ._runtime import Clock, Runtime, awaitable, default_owner, positive_seconds
 from .errors import InvalidArgument
 from .models import Job
 
@@ -46,7 +54,10 @@ DispatchFn = Callable[[Job], Any]
 #: ``recall(job, worker_id) -> None``, plain or ``async def``.
 RecallFn = Callable[[Job, "str | None"], Any]
 
-MARK_ATTEMPTS = 5
+#: How long (seconds) a failing ``mark_dispatched`` is retried before the bot is recalled.
+MARK_TIMEOUT = 300.0
+#: The longest pause between two attempts of a failing ``mark_dispatched`` (seconds).
+MARK_RETRY_MAX = 2.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,9 @@ class Dispatcher(Runtime):
 
     ``holder`` names this process in leases (default ``dispatcher@host:pid``).
     ``clock`` (epoch ms) defaults to the store's clock. ``poll_interval`` and
-    ``grace_period`` are seconds. ``listen=False`` turns wake-ups off; a conninfo string
+    ``grace_period`` are seconds. ``mark_timeout`` (seconds, default 300) bounds the
+    retries of a failing ``mark_dispatched``; past it the bot is recalled.
+    ``listen=False`` turns wake-ups off; a conninfo string
     LISTENs there instead of on the store's database (behind PgBouncer in transaction
     mode, give it a direct connection to the server: LISTEN needs a session).
     """
@@ -102,6 +115,7 @@ class Dispatcher(Runtime):
         backoff: Backoff | None = None,
         clock: Clock | None = None,
         listen: bool | str = True,
+        mark_timeout: float = MARK_TIMEOUT,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -119,6 +133,7 @@ class Dispatcher(Runtime):
         self.dispatch = dispatch
         self.recall = recall
         self.backoff = backoff or Backoff()
+        self.mark_timeout = positive_seconds("mark_timeout", mark_timeout)
         self._lease = awaitable(store, "lease")
         self._renew = awaitable(store, "renew")
         self._mark = awaitable(store, "mark_dispatched")
@@ -148,6 +163,7 @@ class Dispatcher(Runtime):
         await super()._shutdown()
 
     async def _claim(self, free: int) -> list[Any]:
+        anchor = time.monotonic()  # every lease below runs from no earlier than this
         now = await self.now()
         pieces = []
         for _ in range(free):
@@ -156,32 +172,34 @@ class Dispatcher(Runtime):
                 break
             log.info("%s: leased %s (due %s) until %s", self.holder, job.run_id,
                      job.dispatch_at, job.lease_until)
-            pieces.append(self._run(job))
+            pieces.append(self._run(job, anchor))
         return pieces
 
-    async def _run(self, job: Job) -> None:
-        keeper = asyncio.ensure_future(self._keep_lease(job))
+    async def _run(self, job: Job, anchor: float) -> None:
+        keeper = asyncio.ensure_future(self._keeper(job, anchor))
         try:
-            result = await self.call_user(self.dispatch, job)
-        except asyncio.CancelledError:
-            log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
-                        self.holder, job.run_id)
-            raise
-        except Exception:
-            keeper.cancel()
-            await self._retry_later(job)
-            return
+            try:
+                result = await self.call_user(self.dispatch, job)
+            except asyncio.CancelledError:
+                log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
+                            self.holder, job.run_id)
+                raise
+            except Exception:
+                keeper.cancel()
+                await self._retry_later(job)
+                return
+            worker_id = None if result is None else str(result)
+            mark = await self._mark_dispatched(job, worker_id)
         finally:
             keeper.cancel()
-        worker_id = None if result is None else str(result)
-        mark = await self._mark_dispatched(job, worker_id)
         if mark is None:
-            return
-        self._attempts.pop(job.run_id, None)
-        if mark.recorded and not mark.cancelled:
-            log.info("%s: dispatched %s to %s", self.holder, job.run_id, worker_id)
-            return
-        why = "cancelled meanwhile" if mark.cancelled else "lease taken by another holder"
+            why = f"not recorded within mark_timeout ({self.mark_timeout:g}s)"
+        else:
+            self._attempts.pop(job.run_id, None)
+            if mark.recorded and not mark.cancelled:
+                log.info("%s: dispatched %s to %s", self.holder, job.run_id, worker_id)
+                return
+            why = "cancelled meanwhile" if mark.cancelled else "lease taken by another holder"
         log.warning("%s: %s: %s; recalling %s", self.holder, job.run_id, why, worker_id)
         if self.recall is not None:
             try:
@@ -191,16 +209,24 @@ class Dispatcher(Runtime):
                               worker_id)
 
     async def _mark_dispatched(self, job: Job, worker_id: str | None) -> Any:
-        for attempt in range(1, MARK_ATTEMPTS + 1):
+        """The mark's answer, retried while it fails for up to ``mark_timeout`` seconds
+        (an attempt in flight is never cut short: it may commit); None past that."""
+        give_up_at = time.monotonic() + self.mark_timeout
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await self._mark(job.run_id, self.holder, worker_id)
-            except Exception:
-                log.exception("%s: mark_dispatched of %s failed (attempt %d of %d)",
-                              self.holder, job.run_id, attempt, MARK_ATTEMPTS)
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
-        log.error("%s: %s sent to %s but not recorded; its lease will expire and it may "
-                  "be sent again", self.holder, job.run_id, worker_id)
-        return None
+            except Exception as exc:
+                left = give_up_at - time.monotonic()
+                log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
+                            "%s: %s", self.holder, job.run_id, attempt, max(left, 0.0),
+                            type(exc).__name__, exc)
+                if left <= 0:
+                    log.error("%s: %s sent to %s but not recorded after %d attempt(s)",
+                              self.holder, job.run_id, worker_id, attempt)
+                    return None
+                await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
 
     async def _retry_later(self, job: Job) -> None:
         attempt = self._attempts.get(job.run_id, 0) + 1
@@ -219,17 +245,16 @@ class Dispatcher(Runtime):
         else:
             log.warning("%s: release of %s refused: no longer held", self.holder, job.run_id)
 
-    async def _keep_lease(self, job: Job) -> None:
-        every = self.lease_ms / 3000
-        while True:
-            await asyncio.sleep(every)
-            try:
-                now = await self.now()
-                renewed = await self._renew(job.run_id, self.holder, now, self.lease_ms)
-            except Exception:
-                log.exception("%s: renew of %s failed; trying again", self.holder, job.run_id)
-                continue
-            if not renewed:
-                log.warning("%s: renew of %s refused: lease lost; mark_dispatched will tell",
-                            self.holder, job.run_id)
-                return
+    def _keeper(self, job: Job, anchor: float) -> Coroutine[Any, Any, None]:
+        """The shared keeper for one job, from its lease until its mark has an answer."""
+
+        async def renew() -> bool:
+            now = await self.now()
+            return bool(await self._renew(job.run_id, self.holder, now, self.lease_ms))
+
+        def lost(reason: str) -> None:
+            log.warning("%s: %s lease lost (%s); mark_dispatched will tell whether to "
+                        "recall", self.holder, job.run_id, reason)
+
+        return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor, what=job.run_id,
+                          owner=self.holder, log=log, on_lost=lost)

@@ -8,8 +8,11 @@ host. The store's claim is the only coordination:
   of tasks this process does not declare (orphans) are never run or changed.
 * The loop claims due occurrences of its own tasks (``claim_next`` with its
   task ids), up to its free concurrency, and runs each handler. While it runs,
-  the lease is renewed every third of ``lease_ms``. When a renew fails the
-  lease is lost (another host may be running the occurrence): the handler is
+  the lease is renewed every third of ``lease_ms``; a renew that raises (or
+  whose clock read raises) is logged and retried. When a renew is refused, or
+  renews keep failing until 80% of ``lease_ms`` has passed (local monotonic
+  clock) since the last successful renew or the claim, the lease is lost
+  (another host may be running the occurrence, or soon may): the handler is
   told (asyncio cancellation for ``async def`` handlers, ``ctx.lease_lost``
   for plain ones) and the run is not completed.
 * Otherwise the run is completed with ``last_status`` ``ok`` (or ``error`` when
@@ -30,12 +33,13 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from . import _validate as v
+from ._keeper import keep_lease
 from ._runtime import Clock, Runtime, awaitable, default_owner, is_async_callable
 from .errors import InvalidArgument
 from .models import ClaimResult, CompletePatch, LastStatus, ScheduleKind
@@ -216,6 +220,7 @@ class Scheduler(Runtime):
     async def _claim(self, free: int) -> list[Any]:
         if not self.tasks:
             return []
+        anchor = time.monotonic()  # the lease runs from no earlier than this
         now = await self.now()
         claims: list[ClaimResult] = await self._claim_next(
             self.owner, now, self.lease_ms, free, list(self.tasks)
@@ -223,15 +228,15 @@ class Scheduler(Runtime):
         for claim in claims:
             log.info("%s: claimed %s token %d (scheduled %s)", self.owner, claim.record.id,
                      claim.fencing_token, claim.record.next_run_at)
-        return [self._run(claim, now) for claim in claims]
+        return [self._run(claim, now, anchor) for claim in claims]
 
-    async def _run(self, claim: ClaimResult, claimed_at: int) -> None:
+    async def _run(self, claim: ClaimResult, claimed_at: int, anchor: float) -> None:
         task = self.tasks[claim.record.id]
         scheduled = claim.record.next_run_at
         assert scheduled is not None  # claim_due only claims due records
         ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner)
         work = asyncio.ensure_future(self._call_handler(task, ctx))
-        keeper = asyncio.ensure_future(self._keep_lease(ctx, work))
+        keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
         status: LastStatus = "ok"
         started = time.monotonic()
         try:
@@ -293,26 +298,27 @@ class Scheduler(Runtime):
         else:
             await self.call_user(task.handler)
 
-    async def _keep_lease(self, ctx: RunContext, work: asyncio.Future[None]) -> None:
-        every = self.lease_ms / 3000
-        while not work.done():
-            await asyncio.sleep(every)
-            if work.done():
-                return
+    def _keeper(
+        self, ctx: RunContext, work: asyncio.Future[None], anchor: float
+    ) -> Coroutine[Any, Any, None]:
+        """The shared keeper for one run: on a lost lease, tell the handler."""
+
+        async def renew() -> bool:
             now = await self.now()
-            try:
-                renewed = await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms)
-            except Exception:
-                log.exception("%s: renew of %s token %d failed; trying again", self.owner,
-                              ctx.task_id, ctx.fencing_token)
-                continue
-            if not renewed:
-                log.warning("%s: renew of %s token %d refused: lease lost", self.owner,
-                            ctx.task_id, ctx.fencing_token)
-                ctx.lease_lost.set()
-                if is_async_callable(self.tasks[ctx.task_id].handler):
-                    work.cancel()
-                return
+            return bool(await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms))
+
+        def lost(reason: str) -> None:
+            ctx.lease_lost.set()
+            cancel = is_async_callable(self.tasks[ctx.task_id].handler)
+            log.warning("%s: %s token %d lease lost (%s); %s", self.owner, ctx.task_id,
+                        ctx.fencing_token, reason,
+                        "cancelling the handler" if cancel else "ctx.lease_lost set")
+            if cancel:
+                work.cancel()
+
+        return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor,
+                          what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner,
+                          log=log, on_lost=lost)
 
 
 def _takes_context(fn: Handler) -> bool:

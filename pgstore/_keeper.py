@@ -1,0 +1,85 @@
+"""The lease keeper the Scheduler and the Dispatcher share.
+
+A keeper renews one lease every third of its length while the work runs, and
+never dies silently: every failure of a renew (the clock read included) is
+logged and retried, and it ends in exactly two ways:
+
+* cancelled by its owner once the work is done (the normal end), or
+* lease lost: the store refused a renew, or renews kept failing (raising, or
+  hanging) until the local deadline. The deadline is measured with the local
+  monotonic clock from the moment before the clock read of the last renew that
+  succeeded (or of the claim), at ``1 - MARGIN`` of the lease: the holder
+  gives up before the lease can expire on the server and be claimed
+  elsewhere. ``on_lost(reason)`` is called once, then the keeper returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+#: The share of the lease kept as a margin: a keeper whose renews fail declares the
+#: lease lost at ``(1 - MARGIN) * lease`` after the last successful renew (or the claim).
+MARGIN = 0.2
+
+#: The longest pause between retries of a failed renew (seconds).
+RETRY_PAUSE_MAX = 1.0
+
+#: Why a keeper ended a run: the store said no, or the deadline passed without a renew.
+REFUSED = "refused"
+EXPIRED = "expired"
+
+
+async def keep_lease(
+    renew: Callable[[], Awaitable[bool]],
+    *,
+    lease_ms: int,
+    anchor: float,
+    what: str,
+    owner: str,
+    log: logging.Logger,
+    on_lost: Callable[[str], None],
+) -> None:
+    """Renew a lease until cancelled; call ``on_lost(REFUSED | EXPIRED)`` if it is lost.
+
+    ``renew()`` reads the clock and renews (True: renewed, False: refused);
+    ``anchor`` is ``time.monotonic()`` taken before the clock read of the claim;
+    ``what`` names the lease in log lines (``report token 3``, a run id).
+    """
+    lease = lease_ms / 1000
+    every = lease / 3
+    retry_pause = min(every / 4, RETRY_PAUSE_MAX)
+    last_ok = anchor
+    next_at = anchor + every
+    failures = 0
+    while True:
+        deadline = last_ok + lease * (1 - MARGIN)
+        await asyncio.sleep(max(0.0, min(next_at, deadline) - time.monotonic()))
+        sent = time.monotonic()
+        if sent >= deadline:
+            log.error("%s: no renew of %s for %.1fs (%d failed attempt(s)): lease lost "
+                      "before it can expire", owner, what, sent - last_ok, failures)
+            on_lost(EXPIRED)
+            return
+        try:
+            # A renew that hangs (a pool waiting for a connection, a dead network)
+            # must not outlast the deadline.
+            renewed = await asyncio.wait_for(renew(), timeout=deadline - sent)
+        except Exception as exc:
+            failures += 1
+            log.warning("%s: renew of %s failed (attempt %d): %s: %s; retrying", owner, what,
+                        failures, type(exc).__name__, exc)
+            next_at = time.monotonic() + retry_pause
+            continue
+        if not renewed:
+            log.warning("%s: renew of %s refused: lease lost", owner, what)
+            on_lost(REFUSED)
+            return
+        if failures:
+            log.info("%s: renew of %s succeeded after %d failed attempt(s)", owner, what,
+                     failures)
+        failures = 0
+        last_ok = sent
+        next_at = sent + every
