@@ -180,7 +180,8 @@ def _describe(
     if e.kind == "rejected":
         return "REJECTED", f"token {e.token}: complete refused, stale claim (not committed)"
     if e.kind == "renew-refused":
-        return "LOST", f"token {e.token}: renew refused, the lease is lost"
+        why = "no renew in time" if e.detail == "expired" else "renew refused"
+        return "LOST", f"token {e.token}: {why}, the lease is lost"
     if e.kind == "not-completed":
         return "GAVE UP", f"token {e.token}: not completing (not committed)"
     if e.kind == "freeze":
@@ -503,7 +504,7 @@ def _frozen_holder(story: Story) -> Check:
         else:
             outcomes.append(f"{s.subject} token {s.start.token}: "
                             + ("complete rejected as a stale claim" if s.outcome == "rejected"
-                               else "renew refused first, so it never tried to complete"))
+                               else "lease lost first, so it never tried to complete"))
     taken = [e for e in story.of("complete") if e.subject == f.subject and e.process != f.process
              and (e.token or 0) > (f.token or 0) and f.at < e.at < thaw.at
              and story.claims[(e.subject or "", e.token or 0)].scheduled_at == f.scheduled_at]

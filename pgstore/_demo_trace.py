@@ -155,8 +155,8 @@ LOG_EVENTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "complete", ("", "subject", "token", "detail", "")),
     "%s: complete of %s token %d rejected: stale claim": (
         "rejected", ("", "subject", "token")),
-    "%s: renew of %s token %d refused: lease lost": (
-        "renew-refused", ("", "subject", "token")),
+    "%s: %s token %d lease lost (%s); %s": (  # the keeper: renew refused, or none in time
+        "renew-refused", ("", "subject", "token", "detail", "")),
     "%s: %s token %d lost its lease; not completing": (
         "not-completed", ("", "subject", "token")),
     "%s: %s token %d raised": ("error", ("", "subject", "token")),
@@ -165,8 +165,8 @@ LOG_EVENTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "lease", ("", "subject", "scheduled_at", "until_at")),
     "%s: dispatched %s to %s": ("dispatched", ("", "subject", "worker")),
     "%s: %s: %s; recalling %s": ("recalling", ("", "subject", "detail", "worker")),
-    "%s: renew of %s refused: lease lost; mark_dispatched will tell": (
-        "lease-lost", ("", "subject")),
+    "%s: %s lease lost (%s); mark_dispatched will tell whether to recall": (
+        "lease-lost", ("", "subject", "detail")),
     "%s: released %s for a retry at %s": ("released", ("", "subject", "scheduled_at")),
     # both
     "%s: stopping; %d running, grace %.1fs": ("stopping", ("", "detail", "")),
