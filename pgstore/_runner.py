@@ -4,6 +4,10 @@ A store's source is a conninfo string (the store then owns a small pool of
 autocommit connections), a psycopg connection (used as it is: with autocommit
 off, calls join the caller's transaction and the caller commits), or a
 psycopg_pool pool (each call borrows a connection; the pool commits).
+
+A pool the store owns waits at most ``OWNED_POOL_RECONNECT_PAUSE`` between two
+attempts to replace a lost connection, so it resumes within about a second of
+the server answering again after an outage of any length.
 """
 
 from __future__ import annotations

@@ -30,12 +30,15 @@ def _reset(sock: socket.socket) -> None:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:``port`` to the server of ``dsn``."""
+    """Forwards 127.0.0.1:``port`` to the server of ``dsn`` (over TCP or its Unix socket)."""
 
     def __init__(self, dsn: str) -> None:
         params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "127.0.0.1")
-        self._target = (host, int(params.get("port") or 5432))
+        host = str(params.get("host") or "127.0.0.1").split(",")[0]
+        port = int(params.get("port") or 5432)
+        # A host starting with "/" is the directory of the server's Unix socket.
+        self._unix = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else None
+        self._target = (host, port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.setblocking(False)
         self.port: int = self._listener.getsockname()[1]
@@ -127,7 +130,7 @@ class TcpProxy:
             self._sel.register(client, selectors.EVENT_READ)
             return
         try:
-            server = socket.create_connection(self._target, timeout=5)
+            server = self._connect()
         except OSError:
             _reset(client)
             return
@@ -136,6 +139,18 @@ class TcpProxy:
         self._servers.add(server)
         self._sel.register(client, selectors.EVENT_READ)
         self._sel.register(server, selectors.EVENT_READ)
+
+    def _connect(self) -> socket.socket:
+        if self._unix is None:
+            return socket.create_connection(self._target, timeout=5)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.settimeout(5)
+        try:
+            server.connect(self._unix)
+        except OSError:
+            server.close()
+            raise
+        return server
 
     def _forward(self, sock: socket.socket) -> None:
         try:
