@@ -12,7 +12,8 @@ import os
 
 import psycopg
 from alembic import context
-from sqlalchemy import create_engine, pool, text
+from psycopg import sql
+from sqlalchemy import create_engine, pool
 
 from pgstore import _schema
 from pgstore._history import check_offline
@@ -70,24 +71,30 @@ def run_online() -> None:
             transaction_per_migration=False,
         )
         with context.begin_transaction():
+            # Every statement naming the schema goes through the psycopg connection,
+            # composed with sql.Identifier (or passed as a parameter): SQLAlchemy's
+            # text() would read a ``:word`` inside the quoted name as a bind parameter.
+            raw = connection.connection.driver_connection
+            if not isinstance(raw, psycopg.Connection):
+                raise RuntimeError(
+                    "pgstore migrations need the psycopg (3) driver: postgresql+psycopg://"
+                )
             # Several hosts may migrate one schema at once (auto_migrate):
             # one runs, the others wait and then find it at head.
-            connection.execute(
-                text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-                {"key": f"pgstore.migrate:{schema}"},
+            raw.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"pgstore.migrate:{schema}",),
             )
-            connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema.replace(chr(34), chr(34) * 2)}"'))
+            raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             context.run_migrations()
             if not context.get_context().get_current_heads():
                 # Downgraded to base: the version table was the last of ours.
-                raw = connection.connection.driver_connection
-                assert isinstance(raw, psycopg.Connection)
                 raw.execute(
-                    "DROP TABLE IF EXISTS "
-                    + '"' + schema.replace('"', '""') + '".' + VERSION_TABLE
+                    sql.SQL("DROP TABLE IF EXISTS {}.{}").format(
+                        sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
+                    )
                 )
                 _schema.drop_if_empty(raw, schema)
-
 
 if context.is_offline_mode():
     run_offline()

@@ -60,8 +60,9 @@ def migrate(
     schema: str = DEFAULT_SCHEMA,
     revision: str = "head",
     client_role: bool | str = True,
+    client_role_adopt: bool = False,
 ) -> None:
     """Upgrade ``schema`` on ``conninfo`` to ``revision``; see ``schema_migrations.migrate``."""
     from .schema_migrations import migrate as upgrade
 
-    upgrade(conninfo, schema, revision, client_role)
+    upgrade(conninfo, schema, revision, client_role, client_role_adopt)

@@ -11,6 +11,8 @@ from . import _validate as v
 from ._call import Call, Function
 from .models import CancelResult, Job, MarkResult
 
+#: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
+CHANNEL = Function("job_channel", ())
 SCHEDULE = Function("job_schedule", ("text", "bigint"))
 LEASE = Function("job_lease", ("text", "bigint", "bigint"))
 RENEW = Function("job_renew", ("text", "text", "bigint", "bigint"))

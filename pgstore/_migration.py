@@ -6,14 +6,17 @@ when the revision was made. Later changes go to sql/ and a new revision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from alembic import context, op
 
-from . import _schema
-from ._schema import DEFAULT_SCHEMA, check_schema
+from . import _client_role, _schema
+from ._call import Function
+from ._schema import DEFAULT_SCHEMA, check_name, check_schema
+from .errors import InvalidArgument
 
 
 def target_schema() -> str:
@@ -33,43 +36,77 @@ _OFF = frozenset({"off", "false", "no", "0", "none", ""})
 _ON = frozenset({"on", "true", "yes", "1"})
 
 
-def client_role() -> str | None:
-    """The client role to grant (SPEC: least privilege): the caller's
-    ``pgstore_client_role`` attribute, else ``-x client_role=...``, else
-    ``pgstore_client_role`` in alembic.ini; ``on`` (the default) means
-    ``<schema>_client``, ``off`` means none, anything else is a role name."""
+def _setting(attribute: str, x_name: str, ini_name: str, default: str) -> object:
+    """The caller's ``attribute``, else ``-x x_name=...``, else ``ini_name`` in alembic.ini."""
     cfg = context.config
-    raw = cfg.attributes.get("pgstore_client_role")
+    raw = cfg.attributes.get(attribute)
     if raw is None:
-        raw = context.get_x_argument(as_dictionary=True).get("client_role")
+        raw = context.get_x_argument(as_dictionary=True).get(x_name)
     if raw is None:
-        raw = cfg.get_main_option("pgstore_client_role", "on")
+        raw = cfg.get_main_option(ini_name, default)
+    return raw
+
+
+def client_role() -> str | bool:
+    """The client role to grant: the caller's ``pgstore_client_role`` attribute, else
+    ``-x client_role=...``, else ``pgstore_client_role`` in alembic.ini. ``on`` (the
+    default) gives True (the default name, ``<schema>_client_<database>``), ``off`` gives
+    False (none), anything else is a role name (checked)."""
+    raw = _setting("pgstore_client_role", "client_role", "pgstore_client_role", "on")
     if raw is True or raw is False:
-        raw = "on" if raw else "off"
+        return raw
     value = str(raw).strip()
     if value.lower() in _OFF:
-        return None
+        return False
     if value.lower() in _ON:
-        return _schema.client_role_name(target_schema())
-    return check_schema(value)
+        return True
+    return check_name(value, "client role")
 
 
-def grant_client_role_beside(revision_file: str, template_name: str) -> None:
-    """Create the client role if needed and run the grants template beside ``revision_file``."""
+def client_role_adopt() -> bool:
+    """Whether an existing role may be adopted as the client role even when it can log in
+    or pgstore did not create it for this schema in this database: the caller's
+    ``pgstore_client_role_adopt`` attribute, else ``-x adopt_client_role=...``, else
+    ``pgstore_adopt_client_role`` in alembic.ini; off by default."""
+    raw = _setting(
+        "pgstore_client_role_adopt", "adopt_client_role", "pgstore_adopt_client_role", "off"
+    )
+    if raw is True or raw is False:
+        return raw
+    value = str(raw).strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise InvalidArgument(f"adopt_client_role must be on or off, not {raw!r}")
+
+
+def grant_client_role(functions: Sequence[Function]) -> None:
+    """Create (or adopt) the client role and grant it USAGE on the schema and EXECUTE on
+    ``functions`` (a revision's own, frozen list), one statement per grant."""
     role = client_role()
-    if role is None:
+    if role is False:
         return
     if context.is_offline_mode():
         raise RuntimeError("the client role needs an online migration (or client_role=off)")
-    template = (Path(revision_file).parent / template_name).read_text()
-    _schema.grant_client_role(_driver_connection(), target_schema(), role, template)
+    conn, schema = _driver_connection(), target_schema()
+    name = (
+        role if isinstance(role, str)
+        else _client_role.default_name(schema, _client_role.current_database(conn))
+    )
+    _client_role.grant(conn, schema, name, functions, adopt=client_role_adopt())
 
 
 def revoke_client_role() -> None:
-    """Undo ``grant_client_role_beside`` (dropping the role if pgstore created it)."""
+    """Undo ``grant_client_role``: revoke the role's privileges in the schema and drop the
+    role if pgstore created it and nothing needs it (see ``_client_role.revoke``)."""
     role = client_role()
-    if role is not None and not context.is_offline_mode():
-        _schema.revoke_client_role(_driver_connection(), target_schema(), role)
+    if role is False or context.is_offline_mode():
+        return
+    conn, schema = _driver_connection(), target_schema()
+    name = role if isinstance(role, str) else _client_role.find_for_downgrade(conn, schema)
+    if name is not None:
+        _client_role.revoke(conn, schema, name)
 
 
 def _driver_connection() -> psycopg.Connection[Any]:
@@ -84,7 +121,9 @@ def run_sql_beside(revision_file: str, sql_name: str) -> None:
     script = (Path(revision_file).parent / sql_name).read_text()
     schema = target_schema()
     if context.is_offline_mode():
-        quoted = '"' + schema.replace('"', '""') + '"'
+        # op.execute() reads a string as SQLAlchemy text(): a ``:name`` in it would be
+        # a bind parameter, so the colons of the quoted name are escaped for text().
+        quoted = '"' + schema.replace('"', '""').replace(":", "\\:") + '"'
         op.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
         op.execute(f"SET LOCAL search_path = {quoted}, pg_temp")
         op.execute(script)

@@ -35,7 +35,3 @@ def current_schema_sql() -> str:
     """The whole current schema: every file of sql/ in name order."""
     return "\n".join(p.read_text() for p in sorted(sql_dir().glob("*.sql")))
 
-
-def client_role_template() -> str:
-    """The current grants of the client role, with ``{role}`` and ``{schema}`` to fill in."""
-    return (sql_dir() / "client_role.sql.template").read_text()

@@ -21,16 +21,39 @@ HEAD_REVISION = "pgstore_0006"
 DEFAULT_SCHEMA = "pgstore"
 
 
-def check_schema(schema: object) -> str:
-    """A schema (or role) name PostgreSQL keeps as given: a non-empty string of at most 63
-    bytes of UTF-8 (longer identifiers are silently truncated by the server), no NUL."""
+#: C0 and C1 control characters and DEL: never meaningful in a name (see docs/security.md).
+_CONTROL = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)])
+
+
+def check_name(name: object, what: str = "schema") -> str:
+    """A schema or role name PostgreSQL keeps as given: a non-empty string of at most 63
+    bytes of UTF-8 (longer identifiers are silently truncated by the server), without
+    control characters (C0, DEL, C1; NUL included). ``InvalidArgument`` otherwise.
+
+    Every statement quotes names as identifiers, so this check is defence in depth,
+    not what keeps a name out of the SQL text."""
     try:
-        size = len(schema.encode()) if isinstance(schema, str) else 0
+        size = len(name.encode()) if isinstance(name, str) else 0
     except UnicodeEncodeError:
         size = 0
-    if not isinstance(schema, str) or "\x00" in schema or not 0 < size <= 63:
-        raise InvalidArgument("schema must be a non-empty identifier of at most 63 bytes")
-    return schema
+    if not isinstance(name, str) or not 0 < size <= 63:
+        raise InvalidArgument(f"{what} must be a non-empty identifier of at most 63 bytes")
+    if not _CONTROL.isdisjoint(name):
+        raise InvalidArgument(f"{what} name {name!r} contains a control character")
+    return name
+
+
+def check_schema(schema: object) -> str:
+    """``check_name`` for a schema."""
+    return check_name(schema, "schema")
+
+
+def identifier_for_params(*names: str) -> sql.SQL:
+    """The dotted, quoted identifier ``names`` with every ``%`` doubled, for a statement
+    that is also given parameters: psycopg then reads ``%`` as a placeholder mark, even
+    inside a quoted identifier."""
+    quoted = sql.SQL(".").join(sql.Identifier(name) for name in names).as_string(None)
+    return sql.SQL(quoted.replace("%", "%%"))
 
 
 def load(conn: psycopg.Connection[Any], schema: str, script: str) -> None:
@@ -62,55 +85,3 @@ def drop_if_empty(conn: psycopg.Connection[Any], schema: str) -> bool:
         return False
     conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(schema)))
     return True
-
-
-#: Marks roles pgstore created, so a downgrade drops only its own.
-CLIENT_ROLE_COMMENT = "pgstore client role: may call the store's functions in schema {}"
-
-
-def client_role_name(schema: str) -> str:
-    """The default client role of ``schema``: ``<schema>_client``."""
-    role = f"{schema}_client"
-    if len(role.encode()) > 63:
-        raise InvalidArgument(
-            f"client role name {role!r} is longer than 63 bytes: name one explicitly"
-        )
-    return role
-
-
-def grant_client_role(
-    conn: psycopg.Connection[Any], schema: str, role: str, template: str
-) -> None:
-    """Create the NOLOGIN ``role`` if it is missing and run the grants ``template``
-    (``{role}`` and ``{schema}`` replaced by quoted identifiers) in ``schema``."""
-    check_schema(role)
-    exists = conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    if exists is None:
-        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
-        conn.execute(
-            sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                sql.Identifier(role), sql.Literal(CLIENT_ROLE_COMMENT.format(schema))
-            )
-        )
-    grants = sql.SQL(template).format(schema=sql.Identifier(schema), role=sql.Identifier(role))
-    load(conn, schema, grants.as_string(conn))
-
-
-def revoke_client_role(conn: psycopg.Connection[Any], schema: str, role: str) -> None:
-    """Take back what ``grant_client_role`` gave, and drop the role if pgstore created it
-    for ``schema`` and nothing else (another database's grants) still needs it."""
-    found = conn.execute(
-        "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = %s", (role,)
-    ).fetchone()
-    if found is None:
-        return
-    ident, nsp = sql.Identifier(role), sql.Identifier(schema)
-    conn.execute(sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {} FROM {}").format(nsp, ident))
-    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, ident))
-    if found[0] != CLIENT_ROLE_COMMENT.format(schema):
-        return
-    try:
-        with conn.transaction():
-            conn.execute(sql.SQL("DROP ROLE {}").format(ident))
-    except psycopg.errors.DependentObjectsStillExist:
-        pass  # still granted something elsewhere (another database): keep it

@@ -52,6 +52,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ._schema import identifier_for_params
 from ._validate import BIGINT_MAX
 from .cli import (
     MIN_CUT,
@@ -259,7 +260,7 @@ SELECT w.pending, w.due, w.due_expired, w.leased,
 
 def job_counts_query(schema: str) -> sql.Composed:
     """The one ``SELECT`` behind ``read_job_counts`` (parameter ``now``), for EXPLAIN."""
-    jobs = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+    jobs = identifier_for_params(schema, "jobs")  # the query has a parameter
     now = sql.Composed([sql.Placeholder("now"), sql.SQL("::bigint")])
     return sql.SQL(_JOB_COUNTS).format(jobs=jobs, now=now)
 

@@ -4,6 +4,7 @@
 
     pgstore --version
     pgstore migrate   [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
+                      [--adopt-client-role]
     pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
                       [--yes]
     pgstore current   [--dsn DSN] [--schema NAME]
@@ -70,7 +71,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ._schema import DEFAULT_SCHEMA
+from ._schema import DEFAULT_SCHEMA, identifier_for_params
 from .errors import PgStoreError
 from .models import Job, ScheduleRecord
 
@@ -341,7 +342,7 @@ def read_jobs(
     The SQL API has no function listing every job, so this operator view reads the table,
     with one ``SELECT`` (one snapshot for the rows and the count).
     """
-    table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+    table = identifier_for_params(schema, "jobs")  # the query has parameters
     if dispatched:
         where = sql.SQL("dispatched")
     elif due_at is not None:
@@ -403,7 +404,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from .schema_migrations import current_revision, migrate
 
     _refuse_foreign(args.dsn, args.schema, "migrate")
-    migrate(args.dsn, args.schema, args.revision, args.client_role)
+    migrate(args.dsn, args.schema, args.revision, args.client_role, args.adopt_client_role)
     revision = current_revision(args.dsn, args.schema)
     print(f"schema {args.schema!r} is at {_revision_text(revision)}")
     return 0
@@ -575,8 +576,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_client_role,
         default=True,
         metavar="NAME|on|off",
-        help="the NOLOGIN role granted the store's functions: on (default: <schema>_client), "
-        "a role name, or off (grant nothing)",
+        help="the NOLOGIN role granted the store's functions: on (default: "
+        "<schema>_client_<database>), a role name, or off (grant nothing)",
+    )
+    migrate.add_argument(
+        "--adopt-client-role",
+        action="store_true",
+        help="use the client role even if it already exists and can log in, or pgstore did "
+        "not create it for this schema in this database (a role shared on purpose)",
     )
     migrate.set_defaults(run=_cmd_migrate)
 

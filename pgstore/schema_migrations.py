@@ -19,7 +19,8 @@ from alembic.config import Config
 from psycopg import sql
 
 from ._resources import migrations_dir, versions_dir
-from ._schema import DEFAULT_SCHEMA, HEAD_REVISION, check_schema
+from ._schema import DEFAULT_SCHEMA, HEAD_REVISION, check_name, check_schema
+from .errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -37,19 +38,35 @@ VERSION_TABLE = "alembic_version"
 
 
 def alembic_config(
-    conninfo: str = "", schema: str = DEFAULT_SCHEMA, client_role: bool | str = True
+    conninfo: str = "",
+    schema: str = DEFAULT_SCHEMA,
+    client_role: bool | str = True,
+    client_role_adopt: bool = False,
 ) -> Config:
     """An alembic ``Config`` for pgstore's own history on ``conninfo`` (libpq syntax or URI).
 
     ``client_role``: True grants the store's functions to a NOLOGIN role
-    ``<schema>_client`` (created if missing), a string names that role, False
-    grants nothing (the DBA grants EXECUTE as they see fit).
+    ``<schema>_client_<database>`` (created if missing; ``InvalidArgument`` when that
+    name is longer than 63 bytes), a string names that role, False grants nothing (the
+    DBA grants EXECUTE as they see fit).
+
+    An existing role is adopted only if pgstore created it for this schema in this
+    database and it cannot log in; otherwise the migration raises ``InvalidArgument``
+    naming the role and changes nothing. ``client_role_adopt=True`` adopts any existing
+    role (one shared by several databases or schemas, on purpose).
     """
+    if not isinstance(client_role, (bool, str)):
+        raise InvalidArgument("client_role must be True, False or a role name")
+    if not isinstance(client_role_adopt, bool):
+        raise InvalidArgument("client_role_adopt must be True or False")
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["pgstore_conninfo"] = conninfo
     cfg.attributes["pgstore_schema"] = check_schema(schema)
-    cfg.attributes["pgstore_client_role"] = client_role
+    cfg.attributes["pgstore_client_role"] = (
+        check_name(client_role, "client role") if isinstance(client_role, str) else client_role
+    )
+    cfg.attributes["pgstore_client_role_adopt"] = client_role_adopt
     return cfg
 
 
@@ -58,14 +75,15 @@ def migrate(
     schema: str = DEFAULT_SCHEMA,
     revision: str = "head",
     client_role: bool | str = True,
+    client_role_adopt: bool = False,
 ) -> None:
     """Upgrade ``schema`` to ``revision`` (the head by default), in one transaction.
 
     Concurrent migrations of one schema (several hosts starting with
     ``auto_migrate``) are serialised by a transaction-scoped advisory lock.
-    See ``alembic_config`` for ``client_role``.
+    See ``alembic_config`` for ``client_role`` and ``client_role_adopt``.
     """
-    command.upgrade(alembic_config(conninfo, schema, client_role), revision)
+    command.upgrade(alembic_config(conninfo, schema, client_role, client_role_adopt), revision)
 
 
 def downgrade(
@@ -75,7 +93,10 @@ def downgrade(
     client_role: bool | str = True,
 ) -> None:
     """Downgrade ``schema``; to ``base`` removes every object the store created, schema
-    included, and the client role if pgstore created it and nothing else uses it."""
+    included. Below ``pgstore_0003`` the client role loses its privileges in the schema
+    and is dropped if pgstore created it for this schema, no role is a member of it, and
+    no other database needs it; a role with members is kept (a warning says so), so
+    upgrading again adopts it with its memberships."""
     command.downgrade(alembic_config(conninfo, schema, client_role), revision)
 
 

@@ -36,8 +36,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import _schema
-from ._resources import client_role_template, current_schema_sql
+from . import _client_role, _schema
+from ._resources import current_schema_sql
 
 __all__ = [
     "PgBouncer",
@@ -146,17 +146,22 @@ def fresh_database(server: TestServer, prefix: str = "pgstore_test") -> Iterator
 
 def _release_client_roles(dsn: str) -> list[str]:
     """Revoke, in the database at ``dsn``, everything granted to client roles that
-    pgstore created (migrations done by tests); their names, to drop them after."""
+    pgstore created (migrations done by tests): those granted something here, and those
+    made for this database (kept by a downgrade because they had members); their names,
+    to drop them after."""
     conn: psycopg.Connection[Any]
     with psycopg.connect(dsn, autocommit=True) as conn:
+        mark = _client_role.database_mark(_client_role.current_database(conn))
         roles = [
             str(row[0])
             for row in conn.execute(
                 "SELECT r.rolname FROM pg_roles r"
-                " WHERE shobj_description(r.oid, 'pg_authid') LIKE 'pgstore client role:%'"
-                "   AND EXISTS (SELECT FROM pg_shdepend d WHERE d.refobjid = r.oid"
-                "               AND d.dbid = (SELECT oid FROM pg_database"
-                "                              WHERE datname = current_database()))"
+                " WHERE shobj_description(r.oid, 'pg_authid') LIKE 'pgstore client role:%%'"
+                "   AND (EXISTS (SELECT FROM pg_shdepend d WHERE d.refobjid = r.oid"
+                "                AND d.dbid = (SELECT oid FROM pg_database"
+                "                               WHERE datname = current_database()))"
+                "        OR right(shobj_description(r.oid, 'pg_authid'), %s) = %s)",
+                (len(mark), mark),
             )
         ]
         for role in roles:
@@ -164,14 +169,19 @@ def _release_client_roles(dsn: str) -> list[str]:
     return roles
 
 
-def install_schema(dsn: str, schema: str, client_role: str | None = None) -> None:
+def install_schema(
+    dsn: str, schema: str, client_role: str | None = None, client_role_adopt: bool = False
+) -> None:
     """Load the current sql/ into ``schema`` (what ``upgrade head`` builds, only faster);
-    with ``client_role``, grant it what the migration grants (creating it if missing)."""
+    with ``client_role``, grant it what the migration grants, creating it if missing (an
+    existing role is adopted as ``migrate()`` adopts one; ``client_role_adopt`` as there)."""
     conn: psycopg.Connection[Any]
     with psycopg.connect(dsn) as conn:
-        _schema.load(conn, schema, current_schema_sql())
+        _schema.load(conn, _schema.check_schema(schema), current_schema_sql())
         if client_role is not None:
-            _schema.grant_client_role(conn, schema, client_role, client_role_template())
+            _client_role.grant(
+                conn, schema, client_role, _client_role.CLIENT_FUNCTIONS, client_role_adopt
+            )
 
 
 def drop_schema(dsn: str, schema: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pgstore import CompletePatch, Dispatcher, PgJobStore, PgScheduleStore, Scheduler
 from pgstore._app import AppError, load_runtime
@@ -1197,12 +1198,14 @@ def test_run_on_an_unmigrated_schema_is_one_error_line(
 
 def test_migrate_client_role_option(cli: Run, pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
+    database = conninfo_to_dict(dsn)["dbname"]
+    on_role, off_role = f"cr_on_client_{database}", f"cr_off_client_{database}"
 
     def roles() -> set[str]:
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(
-                "SELECT rolname FROM pg_roles WHERE rolname IN"
-                " ('cr_on_client', 'cr_off_client', 'cr_named_callers')"
+                "SELECT rolname FROM pg_roles WHERE rolname = ANY(%s)",
+                ([on_role, off_role, "cr_named_callers"],),
             ).fetchall()
         return {r[0] for r in rows}
 
@@ -1210,7 +1213,7 @@ def test_migrate_client_role_option(cli: Run, pgstore_fresh_database: Callable[[
     assert cli("migrate", "--dsn", dsn, "--schema", "cr_off", "--client-role", "off")[0] == 0
     assert cli("migrate", "--dsn", dsn, "--schema", "cr_named",
                "--client-role", "cr_named_callers")[0] == 0
-    assert roles() == {"cr_on_client", "cr_named_callers"}
+    assert roles() == {on_role, "cr_named_callers"}
     assert cli("downgrade", "--dsn", dsn, "--schema", "cr_named",
                "--client-role", "cr_named_callers", "--yes")[0] == 0
     assert cli("downgrade", "--dsn", dsn, "--schema", "cr_on", "--yes")[0] == 0

@@ -12,6 +12,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from psycopg.conninfo import conninfo_to_dict
 
 import pgstore
 from pgstore import PgJobStore, PgScheduleStore, SchemaNotReady
@@ -39,8 +40,9 @@ def test_head_revision_is_what_sql_describes() -> None:
 
 def test_upgrade_head_equals_loading_sql(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
-    migrate(dsn, "via_alembic")
-    install_schema(dsn, "via_sql", client_role="via_sql_client")
+    migrate(dsn, "via_alembic")  # its client role: via_alembic_client_<database>
+    database = conninfo_to_dict(dsn)["dbname"]
+    install_schema(dsn, "via_sql", client_role=f"via_sql_client_{database}")
     with psycopg.connect(dsn) as conn:
         migrated, loaded = catalog(conn, "via_alembic"), catalog(conn, "via_sql")
     for part in loaded:

@@ -1,7 +1,7 @@
 """Least privilege, tested as real login roles.
 
 The migration revokes EXECUTE from PUBLIC, makes the functions SECURITY
-DEFINER with a pinned search_path, and grants a NOLOGIN ``<schema>_client``
+DEFINER with a pinned search_path, and grants a NOLOGIN ``<schema>_client_<database>``
 role USAGE on the schema and EXECUTE on the API functions, nothing else.
 """
 
@@ -14,13 +14,18 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgstore.schema_migrations import downgrade, migrate
 from tests.catalog import INLINED_HELPERS
 
 SCHEMA = "shop"
-CLIENT = "shop_client"
+
+
+def client(dsn: str) -> str:
+    """The default client role of SCHEMA in the database at ``dsn``."""
+    return f"{SCHEMA}_client_{conninfo_to_dict(dsn)['dbname']}"
+
 
 #: Every API function with arguments that succeed on an empty store.
 API_CALLS = [
@@ -114,7 +119,7 @@ def test_the_migration_creates_a_nologin_client_role(shop: tuple[str, Roles]) ->
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT rolcanlogin, rolsuper, rolcreaterole, rolcreatedb FROM pg_roles"
-            " WHERE rolname = %s", (CLIENT,)
+            " WHERE rolname = %s", (client(dsn),)
         ).fetchone()
         assert row == (False, False, False, False)
         definers = conn.execute(
@@ -150,7 +155,7 @@ def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles])
 
 def test_a_client_calls_every_function_but_touches_no_table(shop: tuple[str, Roles]) -> None:
     dsn, roles = shop
-    app = roles.login(CLIENT)
+    app = roles.login(client(dsn))
     with roles.connect(app) as conn:
         answers = {call: conn.execute(f"SELECT * FROM {SCHEMA}.{call}").fetchall()  # type: ignore[arg-type]
                    for call in API_CALLS}
@@ -175,7 +180,7 @@ def test_look_alike_objects_on_the_callers_search_path_change_nothing(
     shop: tuple[str, Roles],
 ) -> None:
     dsn, roles = shop
-    app = roles.login(CLIENT)
+    app = roles.login(client(dsn))
     with psycopg.connect(dsn, autocommit=True) as admin:
         dbname = admin.info.dbname
         admin.execute(sql.SQL("GRANT CREATE, TEMPORARY ON DATABASE {} TO {}").format(
@@ -225,7 +230,8 @@ def test_client_role_off_grants_nothing_and_downgrade_drops_the_role(
     try:
         with psycopg.connect(dsn) as conn:
             found = conn.execute(
-                "SELECT rolname FROM pg_roles WHERE rolname IN ('bare_client', 'named_callers')"
+                "SELECT rolname FROM pg_roles WHERE rolname IN (%s, 'named_callers')",
+                (f"bare_client_{conninfo_to_dict(dsn)['dbname']}",),
             ).fetchall()
             assert found == [("named_callers",)]
         caller = roles.login("named_callers")
