@@ -17,11 +17,14 @@ from sqlalchemy import create_engine, pool
 
 from pgstore import _schema
 from pgstore._history import check_offline
-from pgstore._migration import client_role, target_schema
+from pgstore._migration import client_role, client_role_adopt, target_schema
 from pgstore.schema_migrations import VERSION_TABLE
 
 config = context.config
 schema = target_schema()
+# Checked before any connection: a bad name or option changes nothing.
+client_role()
+client_role_adopt()
 
 
 def _conninfo() -> str:

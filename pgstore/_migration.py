@@ -55,10 +55,11 @@ def client_role() -> str | bool:
     raw = _setting("pgstore_client_role", "client_role", "pgstore_client_role", "on")
     if raw is True or raw is False:
         return raw
-    value = str(raw).strip()
-    if value.lower() in _OFF:
+    value = str(raw)
+    word = value.lower()  # unstripped: " " is a role name, and strip() eats controls
+    if word in _OFF:
         return False
-    if value.lower() in _ON:
+    if word in _ON:
         return True
     return check_name(value, "client role")
 

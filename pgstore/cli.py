@@ -392,7 +392,7 @@ def _refuse_foreign(conninfo: str, schema: str, command: str) -> None:
 
 
 def _client_role(text: str) -> bool | str:
-    lowered = text.strip().lower()
+    lowered = text.lower()  # unstripped: " " is a role name, and strip() eats controls
     if lowered in ("on", "true", "yes", "1"):
         return True
     if lowered in ("off", "false", "no", "0", "none"):

@@ -19,7 +19,7 @@ from alembic.config import Config
 from psycopg import sql
 
 from ._resources import migrations_dir, versions_dir
-from ._schema import DEFAULT_SCHEMA, HEAD_REVISION, check_name, check_schema
+from ._schema import DEFAULT_SCHEMA, HEAD_REVISION, check_schema
 from .errors import InvalidArgument
 
 __all__ = [
@@ -63,9 +63,7 @@ def alembic_config(
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["pgstore_conninfo"] = conninfo
     cfg.attributes["pgstore_schema"] = check_schema(schema)
-    cfg.attributes["pgstore_client_role"] = (
-        check_name(client_role, "client role") if isinstance(client_role, str) else client_role
-    )
+    cfg.attributes["pgstore_client_role"] = client_role  # checked by env.py, before connecting
     cfg.attributes["pgstore_client_role_adopt"] = client_role_adopt
     return cfg
 

@@ -368,7 +368,7 @@ def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_python(
 
 @pytest.mark.parametrize("schema", ["pgstore\ud800", "é" * 32, "", "a\x00b"])
 def test_a_schema_name_postgres_would_not_keep_is_rejected(db: Database, schema: str) -> None:
-    with pytest.raises(InvalidArgument, match="at most 63 bytes|control character"):
+    with pytest.raises(InvalidArgument, match=r"at most 63 bytes|control character"):
         PgScheduleStore(db.conn, schema=schema)
     assert PgScheduleStore(db.conn, schema="é" * 31).schema == "é" * 31  # 62 bytes: fine
 
