@@ -161,7 +161,7 @@ def _cleaned(db: Db, schema: str, role: str | None = None) -> Iterator[None]:
             conn.execute("DROP TABLE IF EXISTS public.alembic_version")
             for name in {role, _default_role(db, schema)} - {None}:
                 assert name is not None
-                if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is not None:
                     conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
                     conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
