@@ -17,7 +17,12 @@ from sqlalchemy import create_engine, pool
 
 from pgstore import _schema
 from pgstore._history import check_offline
-from pgstore._migration import client_role, client_role_adopt, target_schema
+from pgstore._migration import (
+    client_role,
+    client_role_adopt,
+    offline_identifier,
+    target_schema,
+)
 from pgstore.schema_migrations import VERSION_TABLE
 
 config = context.config
@@ -42,15 +47,16 @@ def run_offline() -> None:
     context.configure(
         url=config.get_main_option("sqlalchemy.url") or "postgresql+psycopg://",
         literal_binds=True,
-        # "named": the printed SQL keeps each % as written (pyformat would double it).
+        # Named binds: with psycopg's pyformat, SQLAlchemy would double every % of the
+        # script (format('%s', ...) in function bodies, a % in the schema's name).
         dialect_opts={"paramstyle": "named"},
         version_table=VERSION_TABLE,
         version_table_schema=schema,
         transactional_ddl=True,
     )
     with context.begin_transaction():
-        # The version table lives in the store's schema and comes first in the script.
-        context.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema.replace(chr(34), chr(34) * 2)}"')
+        # Before alembic writes its version table into the schema.
+        context.execute(f"CREATE SCHEMA IF NOT EXISTS {offline_identifier(schema)}")
         context.run_migrations()
 
 

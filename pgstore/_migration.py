@@ -117,14 +117,21 @@ def _driver_connection() -> psycopg.Connection[Any]:
     return raw
 
 
+def offline_identifier(name: str) -> str:
+    """``name`` quoted as an identifier for SQL that alembic writes out in offline mode.
+
+    alembic reads a string statement as SQLAlchemy ``text()``, where ``:word`` is a
+    bind parameter: the colons of the quoted name are escaped for it (env.py makes the
+    offline dialect use named binds, so a ``%`` is left alone)."""
+    return '"' + name.replace('"', '""').replace(":", "\\:") + '"'
+
+
 def run_sql_beside(revision_file: str, sql_name: str) -> None:
     """Run ``sql_name`` (a file beside ``revision_file``) in the target schema."""
     script = (Path(revision_file).parent / sql_name).read_text()
     schema = target_schema()
     if context.is_offline_mode():
-        # op.execute() reads a string as SQLAlchemy text(): a ``:name`` in it would be
-        # a bind parameter, so the colons of the quoted name are escaped for text().
-        quoted = '"' + schema.replace('"', '""').replace(":", "\\:") + '"'
+        quoted = offline_identifier(schema)
         op.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
         op.execute(f"SET LOCAL search_path = {quoted}, pg_temp")
         op.execute(script)

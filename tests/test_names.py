@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import io
 import threading
 import uuid
 from collections.abc import Iterator
@@ -495,3 +496,25 @@ def test_scheduler_and_dispatcher_with_listen(db: Db, schema: str) -> None:
         with db.connect() as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
     assert db.snapshot() == before
+
+
+@pytest.mark.parametrize("schema", ['a:b %c :d"q', "x%s :y", "--/*$$'", "é :b%(x)s"])
+def test_offline_sql_for_a_hostile_schema_runs_as_written(db: Db, schema: str) -> None:
+    """``alembic upgrade --sql``: the script names exactly that schema, keeps the
+    function bodies' ``%`` as they are, and builds the store when run."""
+    out = io.StringIO()
+    cfg = Config(output_buffer=out)
+    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", "postgresql+psycopg://")
+    _with_x(cfg, [f"schema={schema}", "client_role=off"])
+    command.upgrade(cfg, "head", sql=True)
+    script = out.getvalue()
+    assert "format('%s must be a positive integer'" in script
+    before = db.snapshot()
+    with _cleaned(db, schema):
+        with db.connect() as conn:
+            conn.execute(script.encode())
+        assert current_revision(db.dsn, schema) == pgstore.HEAD_REVISION
+        _assert_store_in(db, schema, None)
+        downgrade(db.dsn, schema, client_role=False)
+        assert db.snapshot() == before
