@@ -57,6 +57,18 @@ def _schemas(dsn: str) -> set[str]:
         return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
 
 
+def _client_of(dsn: str, schema: str) -> str:
+    """The role pgstore created and granted USAGE on ``schema``, found from the catalog."""
+    with psycopg.connect(dsn) as conn:
+        [role] = [r[0] for r in conn.execute(
+            "SELECT rolname FROM pg_roles r"
+            " WHERE shobj_description(oid, 'pg_authid') LIKE 'pgstore client role:%%'"
+            "   AND has_schema_privilege(r.oid, %s, 'USAGE')",
+            (schema,),
+        )]
+    return str(role)
+
+
 class Roles:
     """Roles a test makes, dropped afterwards (with whatever they were granted)."""
 
@@ -135,13 +147,7 @@ def test_one_databases_client_role_gives_nothing_in_another(
     roles.dsns += [app_a, app_b]
     migrate(app_a, "shop")
     migrate(app_b, "shop")
-    with psycopg.connect(app_a) as conn:
-        [client_a] = [r[0] for r in conn.execute(
-            "SELECT rolname FROM pg_roles r"
-            " WHERE shobj_description(oid, 'pg_authid') LIKE 'pgstore client role:%%'"
-            "   AND has_schema_privilege(r.oid, 'shop', 'USAGE')"
-        )]
-    assert client_a == f"shop_client_{_dbname(app_a)}"
+    client_a = _client_of(app_a, "shop")
     user_a = roles.create("LOGIN", client_a)
     with psycopg.connect(make_conninfo(app_a, user=user_a), autocommit=True) as conn:
         conn.execute("SELECT shop.job_schedule('r', 0)")
@@ -155,6 +161,7 @@ def test_one_databases_client_role_gives_nothing_in_another(
         assert conn.execute(
             "SELECT lease_holder, cancelled FROM shop.jobs WHERE run_id = 'r'"
         ).fetchone() == (None, False)
+    assert client_a == f"shop_client_{_dbname(app_a)}"
 
 
 def test_a_login_role_is_not_adopted_unless_told(
@@ -245,7 +252,10 @@ def _migrate_at(start: float, dsn: str, schema: str, role: bool | str, adopt: bo
     """In a worker process: wait for ``start`` (wall clock), then migrate; the outcome."""
     time.sleep(max(0.0, start - time.time()))
     try:
-        migrate(dsn, schema, client_role=role, client_role_adopt=adopt)
+        if adopt:
+            migrate(dsn, schema, client_role=role, client_role_adopt=True)
+        else:
+            migrate(dsn, schema, client_role=role)
     except InvalidArgument as exc:
         return f"refused: {exc}"
     except Exception as exc:
@@ -313,7 +323,7 @@ def test_a_downgrade_below_0003_keeps_the_apps_access(
     dsn = pgstore_fresh_database()
     roles.dsns.append(dsn)
     migrate(dsn, "trip")
-    client = f"trip_client_{_dbname(dsn)}"
+    client = _client_of(dsn, "trip")
     app = roles.create("LOGIN", client)
     as_app = make_conninfo(dsn, user=app)
     with psycopg.connect(as_app, autocommit=True) as conn:
@@ -321,19 +331,19 @@ def test_a_downgrade_below_0003_keeps_the_apps_access(
 
     with caplog.at_level(logging.WARNING, logger="pgstore.migrate"):
         downgrade(dsn, "trip", "pgstore_0002")
-    assert f"keeping client role {client!r}" in caplog.text
-    row = _role_row(dsn, client)
-    assert row is not None and row[3] is False  # kept, with nothing granted here
     with (
         psycopg.connect(as_app, autocommit=True) as conn,
         pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
-        conn.execute("SELECT trip.now_ms()")  # no USAGE on the schema any more
+        conn.execute("SELECT trip.now_ms()")  # no USAGE on the schema at 0002
+    kept = _role_row(dsn, client)
 
     migrate(dsn, "trip")
-    with psycopg.connect(as_app, autocommit=True) as conn:
+    with psycopg.connect(as_app, autocommit=True) as conn:  # the app's access is back
         leased = conn.execute("SELECT * FROM trip.job_lease('h', NULL, 60000)").fetchone()
         assert leased is not None and leased[0] == "r"
+    assert kept is not None and kept[3] is False  # kept at 0002, with nothing granted here
+    assert f"keeping client role {client!r}" in caplog.text
     with psycopg.connect(dsn) as conn:
         assert conn.execute(
             "SELECT pg_has_role(%s, %s, 'MEMBER')", (app, client)

@@ -160,7 +160,8 @@ def _cleaned(db: Db, schema: str, role: str | None = None) -> Iterator[None]:
         with db.connect() as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
             conn.execute("DROP TABLE IF EXISTS public.alembic_version")
-            for name in {role, _default_role(db, schema)} - {None}:
+            # The default role, and the one an older pgstore would have made.
+            for name in {role, _default_role(db, schema), f"{schema}_client"} - {None}:
                 assert name is not None
                 if conn.execute("SELECT FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is not None:
                     conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
