@@ -34,6 +34,7 @@ __all__ = [
 DATA_REVISIONS: dict[str, tuple[str, ...]] = {
     "pgstore_0001": ("schedules", "schedule_fences"),
     "pgstore_0002": ("jobs",),
+    "pgstore_0006": ("store_settings",),  # the owner's bound on p_now, if one was set
 }
 
 

@@ -76,10 +76,11 @@ def managed_elsewhere(schema: str, revision: str, command: str) -> ForeignHistor
     )
 
 
-def check_offline(client_role: str | None) -> None:
-    """Refuse offline mode (``alembic ... --sql``) unless the client role is off, before any
-    SQL is printed (alembic's command line shows a ``CommandError`` as one line)."""
-    if client_role is not None:
+def check_offline(client_role: str | bool | None) -> None:
+    """Refuse offline mode (``alembic ... --sql``) unless the client role is off (False or
+    None), before any SQL is printed (alembic's command line shows a ``CommandError`` as one
+    line)."""
+    if client_role is not None and client_role is not False:
         from alembic.util import CommandError
 
         raise CommandError(OFFLINE_NEEDS_CLIENT_ROLE_OFF)

@@ -406,7 +406,7 @@ def test_cli(db: Db, schema: str, role: str, capsys: pytest.CaptureFixture[str])
         assert capsys.readouterr().out.strip() == pgstore.HEAD_REVISION
         for command_name in ("status", "schedules", "jobs"):
             assert cli_main([command_name, *common]) == 0, capsys.readouterr().err
-        assert cli_main(["downgrade", *common, f"--client-role={role}"]) == 0
+        assert cli_main(["downgrade", *common, f"--client-role={role}", "--yes"]) == 0
         assert db.snapshot() == before
 
 

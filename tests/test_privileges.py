@@ -275,7 +275,7 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
     """The owner sets the bound with a plain UPDATE; a client can neither change it,
     nor shadow the table, nor reach it through a setting of its session."""
     dsn, roles = shop
-    app = roles.login(CLIENT)
+    app = roles.login(client(dsn))
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("UPDATE shop.store_settings SET max_clock_skew_ms = 60000")
         admin.execute(sql.SQL("GRANT TEMPORARY ON DATABASE {} TO {}").format(
