@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._resources import versions_dir
 from ._schema import DEFAULT_SCHEMA, HEAD_REVISION
 from .dispatcher import Backoff, Dispatcher
-from .errors import InvalidArgument, PgStoreError, SchemaNotReady
+from .errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
 from .jobs import AsyncPgJobStore, PgJobStore
 from .memory_jobs import MemoryJobStore
 from .memory_schedules import MemoryScheduleStore
@@ -45,6 +45,7 @@ __all__ = [
     "PgJobStore",
     "PgScheduleStore",
     "PgStoreError",
+    "ReadOnlyServer",
     "RunContext",
     "ScheduleKind",
     "ScheduleRecord",

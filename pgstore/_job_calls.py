@@ -15,9 +15,9 @@ from .models import CancelResult, Job, MarkResult
 CHANNEL = Function("job_channel", ())
 SCHEDULE = Function("job_schedule", ("text", "bigint"))
 LEASE = Function("job_lease", ("text", "bigint", "bigint"))
-RENEW = Function("job_renew", ("text", "text", "bigint", "bigint"))
-MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text"))
-RELEASE = Function("job_release", ("text", "text", "bigint"))
+RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint"))
+MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
+RELEASE = Function("job_release", ("text", "text", "bigint", "bigint"))
 CANCEL = Function("job_cancel", ("text",))
 GET = Function("job_get", ("text",))
 LIST_DISPATCHED = Function("job_list_dispatched", ())
@@ -37,26 +37,36 @@ def lease(holder: str, now: int | None, ttl_ms: int) -> Call[Job | None]:
     return Call(LEASE, (holder, now, ttl_ms), _rows.optional_job)
 
 
-def renew(run_id: str, holder: str, now: int | None, ttl_ms: int) -> Call[bool]:
+def renew(
+    run_id: str, holder: str, now: int | None, ttl_ms: int, lease_sequence: int | None
+) -> Call[bool]:
     v.text("run_id", run_id)
     v.text("holder", holder)
     v.integer("now", now)
     v.integer("ttl_ms", ttl_ms)
-    return Call(RENEW, (run_id, holder, now, ttl_ms), _rows.boolean)
+    v.integer("lease_sequence", lease_sequence)
+    return Call(RENEW, (run_id, holder, now, ttl_ms, lease_sequence), _rows.boolean)
 
 
-def mark_dispatched(run_id: str, holder: str, worker_id: str | None) -> Call[MarkResult]:
+def mark_dispatched(
+    run_id: str, holder: str, worker_id: str | None, lease_sequence: int | None
+) -> Call[MarkResult]:
     v.text("run_id", run_id)
     v.text("holder", holder)
     v.text("worker_id", worker_id)
-    return Call(MARK_DISPATCHED, (run_id, holder, worker_id), _rows.mark_result)
+    v.integer("lease_sequence", lease_sequence)
+    args = (run_id, holder, worker_id, lease_sequence)
+    return Call(MARK_DISPATCHED, args, _rows.mark_result)
 
 
-def release(run_id: str, holder: str, retry_at: int) -> Call[bool]:
+def release(
+    run_id: str, holder: str, retry_at: int, lease_sequence: int | None
+) -> Call[bool]:
     v.text("run_id", run_id)
     v.text("holder", holder)
     v.integer("retry_at", retry_at)
-    return Call(RELEASE, (run_id, holder, retry_at), _rows.boolean)
+    v.integer("lease_sequence", lease_sequence)
+    return Call(RELEASE, (run_id, holder, retry_at, lease_sequence), _rows.boolean)
 
 
 def cancel(run_id: str) -> Call[CancelResult]:

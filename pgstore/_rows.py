@@ -42,7 +42,7 @@ def claim_results(rows: Sequence[Row]) -> list[ClaimResult]:
 
 
 def job(row: Row) -> Job:
-    return Job(*row[:7])
+    return Job(*row[:8])
 
 
 def optional_job(rows: Sequence[Row]) -> Job | None:

@@ -29,7 +29,7 @@ from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
 from ._call import Call, statement
 from ._schema import check_schema
-from .errors import InvalidArgument, SchemaNotReady
+from .errors import InvalidArgument, ReadOnlyServer, SchemaNotReady
 
 T = TypeVar("T")
 ConnT = TypeVar("ConnT", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
@@ -78,6 +78,8 @@ def translated_errors(schema: str) -> Iterator[None]:
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange) as exc:
         message = exc.diag.message_primary or str(exc)
         raise InvalidArgument(message, sqlstate=exc.sqlstate or "22023") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise ReadOnlyServer(exc.diag.message_primary or str(exc)) from exc
     except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
         raise SchemaNotReady(
             f"schema {schema!r} has no pgstore functions at this revision "

@@ -18,6 +18,12 @@ answered by then, the bot is recalled (it may be sent again once the lease
 expires, and must not stay twice). ``release`` is not retried (the lease
 expires instead).
 
+The ``Job`` handed to ``dispatch`` carries its ``lease_sequence``, which grows
+with every lease of the job and never goes backwards, even across a failover:
+``(job.run_id, job.lease_sequence)`` is an idempotency key for the provider
+call. The dispatcher fences its renew, mark_dispatched and release with it, so
+a lease lost in a failover cannot record a dispatch made under the next one.
+
 Wake-ups: with a PostgreSQL store, an idle dispatcher LISTENs on the store's
 ``job_channel()``, which ``job_schedule`` notifies at commit, so a job
 scheduled due-now is leased within a fraction of a second while the poll
@@ -216,7 +222,7 @@ class Dispatcher(Runtime):
         while True:
             attempt += 1
             try:
-                return await self._mark(job.run_id, self.holder, worker_id)
+                return await self._mark(job.run_id, self.holder, worker_id, *_fence(job))
             except Exception as exc:
                 left = give_up_at - time.monotonic()
                 log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
@@ -235,7 +241,7 @@ class Dispatcher(Runtime):
                       attempt)
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
-            released = await self._release(job.run_id, self.holder, retry_at)
+            released = await self._release(job.run_id, self.holder, retry_at, *_fence(job))
         except Exception:
             log.exception("%s: release of %s failed; its lease will expire", self.holder,
                           job.run_id)
@@ -250,7 +256,8 @@ class Dispatcher(Runtime):
 
         async def renew() -> bool:
             now = await self.now()
-            return bool(await self._renew(job.run_id, self.holder, now, self.lease_ms))
+            return bool(await self._renew(job.run_id, self.holder, now, self.lease_ms,
+                                          *_fence(job)))
 
         def lost(reason: str) -> None:
             log.warning("%s: %s lease lost (%s); mark_dispatched will tell whether to "
@@ -258,3 +265,10 @@ class Dispatcher(Runtime):
 
         return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor, what=job.run_id,
                           owner=self.holder, log=log, on_lost=lost)
+
+
+def _fence(job: Job) -> tuple[int, ...]:
+    """The lease sequence to fence renew, mark_dispatched and release with: the one
+    ``job``'s lease returned, or nothing for a store whose jobs carry none (0), so such
+    stores are called exactly as before."""
+    return (job.lease_sequence,) if job.lease_sequence else ()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidArgument", "PgStoreError", "SchemaNotReady"]
+__all__ = ["InvalidArgument", "PgStoreError", "ReadOnlyServer", "SchemaNotReady"]
 
 
 class PgStoreError(Exception):
@@ -20,6 +20,18 @@ class InvalidArgument(PgStoreError, ValueError):
     def __init__(self, message: str, *, sqlstate: str = "22023") -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class ReadOnlyServer(PgStoreError):
+    """The call reached a server that cannot write: a standby (in recovery), or a
+    read-only transaction. Nothing changed; the call fails at once, never waits.
+
+    ``sqlstate`` is ``25006`` (read_only_sql_transaction). Connect to the primary:
+    a conninfo listing every server with ``target_session_attrs=read-write`` finds
+    it again after a failover.
+    """
+
+    sqlstate = "25006"
 
 
 class SchemaNotReady(PgStoreError):

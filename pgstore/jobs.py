@@ -33,19 +33,32 @@ class PgJobStore(SyncStore):
         ``now + ttl_ms``; None: nothing leasable right now."""
         return self._runner.run(calls.lease(holder, now, ttl_ms))
 
-    def renew(self, run_id: str, holder: str, now: int | None, ttl_ms: int) -> bool:
-        """Extend a lease ``holder`` still holds unexpired; False: stop, it was lost."""
-        return self._runner.run(calls.renew(run_id, holder, now, ttl_ms))
+    def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        """Extend a lease ``holder`` still holds unexpired (and, given ``lease_sequence``,
+        only that lease of it); False: stop, it was lost."""
+        return self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
 
-    def mark_dispatched(self, run_id: str, holder: str, worker_id: str | None) -> MarkResult:
-        """Record the dispatch while ``holder`` is the lease's holder (expired or not);
-        ``cancelled``: a cancel arrived, the bot must leave at once."""
-        return self._runner.run(calls.mark_dispatched(run_id, holder, worker_id))
+    def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        """Record the dispatch while ``holder`` is the lease's holder (expired or not;
+        given ``lease_sequence``, only that lease); ``cancelled``: a cancel arrived,
+        the bot must leave at once."""
+        return self._runner.run(
+            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
+        )
 
-    def release(self, run_id: str, holder: str, retry_at: int) -> bool:
+    def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
         """Give the lease back undispatched and move the job to ``retry_at``; False:
-        ``holder`` no longer holds it, or it was dispatched, or it is gone."""
-        return self._runner.run(calls.release(run_id, holder, retry_at))
+        ``holder`` no longer holds it (or, given ``lease_sequence``, not that lease),
+        or it was dispatched, or it is gone."""
+        return self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
 
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
@@ -75,16 +88,24 @@ class AsyncPgJobStore(AsyncStore):
     async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         return await self._runner.run(calls.lease(holder, now, ttl_ms))
 
-    async def renew(self, run_id: str, holder: str, now: int | None, ttl_ms: int) -> bool:
-        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms))
+    async def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
 
     async def mark_dispatched(
-        self, run_id: str, holder: str, worker_id: str | None
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
     ) -> MarkResult:
-        return await self._runner.run(calls.mark_dispatched(run_id, holder, worker_id))
+        return await self._runner.run(
+            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
+        )
 
-    async def release(self, run_id: str, holder: str, retry_at: int) -> bool:
-        return await self._runner.run(calls.release(run_id, holder, retry_at))
+    async def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
+        return await self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
 
     async def cancel(self, run_id: str) -> CancelResult:
         return await self._runner.run(calls.cancel(run_id))

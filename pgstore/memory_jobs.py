@@ -17,6 +17,18 @@ from .models import CancelResult, Job, MarkResult
 __all__ = ["MemoryJobStore"]
 
 
+def _check_sequence(lease_sequence: object) -> None:
+    """None (no fence) or a positive integer, as SQL's check_sequence says."""
+    v.integer("lease_sequence", lease_sequence)
+    if isinstance(lease_sequence, int) and lease_sequence <= 0:
+        raise InvalidArgument("lease_sequence must be a positive integer or null")
+
+
+def _same_lease(job: Job, lease_sequence: int | None) -> bool:
+    """No fence, or the job's current lease is the one numbered ``lease_sequence``."""
+    return lease_sequence is None or job.lease_sequence == lease_sequence
+
+
 class MemoryJobStore:
     """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts."""
 
@@ -55,15 +67,22 @@ class MemoryJobStore:
             if not leasable:
                 return None
             first = min(leasable, key=lambda job: (job.dispatch_at, job.run_id))
-            leased = replace(first, lease_holder=holder, lease_until=until)
+            leased = replace(
+                first, lease_holder=holder, lease_until=until,
+                lease_sequence=first.lease_sequence + 1,
+            )
             self._jobs[first.run_id] = leased
             return leased
 
-    def renew(self, run_id: str, holder: str, now: int | None, ttl_ms: int) -> bool:
+    def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
         v.name("run_id", run_id)
         v.name("holder", holder)
         v.integer("now", now)
         v.positive("ttl_ms", ttl_ms)
+        _check_sequence(lease_sequence)
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
         with self._lock:
@@ -73,33 +92,46 @@ class MemoryJobStore:
                 or job.lease_holder != holder
                 or job.lease_until is None
                 or job.lease_until <= at
+                or not _same_lease(job, lease_sequence)
             ):
                 return False
             self._jobs[run_id] = replace(job, lease_until=until)
             return True
 
-    def mark_dispatched(self, run_id: str, holder: str, worker_id: str | None) -> MarkResult:
+    def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
         v.name("run_id", run_id)
         v.name("holder", holder)
         v.text("worker_id", worker_id)
         if worker_id is not None and len(worker_id) > v.NAME_MAX_CHARS:
             raise InvalidArgument("worker_id must be a string of at most 1024 characters")
+        _check_sequence(lease_sequence)
         with self._lock:
             job = self._jobs.get(run_id)
             if job is None:
                 return MarkResult(cancelled=False, recorded=False)
-            if job.lease_holder != holder:
+            if job.lease_holder != holder or not _same_lease(job, lease_sequence):
                 return MarkResult(cancelled=job.cancelled, recorded=False)
             self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
             return MarkResult(cancelled=job.cancelled, recorded=True)
 
-    def release(self, run_id: str, holder: str, retry_at: int) -> bool:
+    def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
         v.name("run_id", run_id)
         v.name("holder", holder)
         v.present_int("retry_at", retry_at)
+        _check_sequence(lease_sequence)
         with self._lock:
             job = self._jobs.get(run_id)
-            if job is None or job.lease_holder != holder or job.dispatched:
+            if (
+                job is None
+                or job.lease_holder != holder
+                or job.dispatched
+                or not _same_lease(job, lease_sequence)
+            ):
                 return False
             self._jobs[run_id] = replace(
                 job, lease_holder=None, lease_until=None, dispatch_at=retry_at

@@ -70,6 +70,11 @@ class Job:
 
     The lease is live while ``lease_until > now``. ``worker_id`` is set by
     ``mark_dispatched``. Dispatched and cancelled jobs are kept.
+
+    ``lease_sequence`` grows with every lease of the job (0 before the first) and
+    never goes backwards, even across a failover: ``(run_id, lease_sequence)``
+    names one lease, an idempotency key for the provider call, and passing it to
+    ``renew``, ``mark_dispatched`` and ``release`` fences them to that lease.
     """
 
     run_id: str
@@ -79,6 +84,7 @@ class Job:
     worker_id: str | None
     dispatched: bool
     cancelled: bool
+    lease_sequence: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0006'::text $$;
+AS $$ SELECT 'pgstore_0007'::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '
@@ -72,6 +72,18 @@ COMMENT ON FUNCTION check_length(text, text) IS
 'Raises 22023 naming p_param when p_value is longer than 1024 characters; NULL '
 'and the empty string pass (check_present rejects NULL). A schedule''s spec.';
 
+CREATE FUNCTION check_sequence(p_value bigint) RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT CASE WHEN p_value <= 0
+                THEN raise_invalid('lease_sequence must be a positive integer or null')
+           END
+$$;
+
+COMMENT ON FUNCTION check_sequence(bigint) IS
+'Raises 22023 naming lease_sequence unless p_value is NULL (no fence) or positive '
+'(what job_lease returns).';
+
 CREATE FUNCTION check_positive(p_param text, p_value bigint) RETURNS void
 LANGUAGE sql
 AS $$
@@ -106,3 +118,54 @@ $$;
 
 COMMENT ON FUNCTION check_one_of(text, text, text[]) IS
 'Raises 22023 naming p_param unless p_value is one of p_allowed (kind, last_status).';
+
+-- Failover. A promoted standby has not replayed the commits its old primary
+-- acknowledged last, so a counter it bumps could hand out a token (or lease
+-- sequence) a holder already has. Every promotion starts a new timeline, and
+-- the server's timeline ID can be read by any role, so the counters are
+-- lifted to at least token_floor() at every write: 2^40 * (timeline - 1). On
+-- timeline 1 the floor is 0 and nothing changes; after a promotion the first
+-- claim of an id jumps above everything the old timeline can have issued for
+-- it, as long as it issued fewer than 2^40 (about 10^12) for that id. A
+-- bigint holds the floors of timelines 1 to 2^23.
+
+CREATE FUNCTION raise_standby() RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'read_only_sql_transaction',
+        MESSAGE = 'this server is a standby (in recovery): pgstore writes only on the primary',
+        HINT = 'Connect to the primary, e.g. with target_session_attrs=read-write in a '
+               'conninfo that lists every server.';
+END
+$$;
+
+COMMENT ON FUNCTION raise_standby() IS
+'Raises 25006 (read_only_sql_transaction) saying the server is a standby; what '
+'check_primary calls on a server in recovery.';
+
+CREATE FUNCTION check_primary() RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT CASE WHEN pg_is_in_recovery() THEN raise_standby() END
+$$;
+
+COMMENT ON FUNCTION check_primary() IS
+'Raises 25006 naming the server as a standby when it is in recovery; the first '
+'statement of every API function that writes, so a call on a standby fails at once.';
+
+CREATE FUNCTION token_floor() RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    -- The first 8 hex digits of a WAL file name are its timeline ID. The
+    -- product (not a shift, which wraps) raises 22003 beyond timeline 2^23.
+    SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+           * 1099511627776
+$$;
+
+COMMENT ON FUNCTION token_floor() IS
+'2^40 * (the server''s timeline ID - 1): the least fencing token and lease '
+'sequence a write may hand out, so none goes backwards across a promotion (0 on '
+'timeline 1). Only on a primary: check_primary first.';

@@ -3,7 +3,9 @@
 -- Every function validates all of its arguments before touching a row, so a
 -- bad argument raises 22023 (naming the parameter) and changes nothing,
 -- whatever the state of the row. Times are epoch ms; a NULL p_now means
--- now_ms(), the database clock. A p_now that is not NULL must lie within
+-- now_ms(), the database clock. Every function that writes starts with
+-- check_primary(): on a standby it fails at once, naming the server as one.
+-- A p_now that is not NULL must lie within
 -- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
 -- (off by default: see 01_settings.sql).
 
@@ -32,6 +34,7 @@ DECLARE
     v_now bigint;
     v_row schedules;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('id', p_id);
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
@@ -44,7 +47,9 @@ BEGIN
     BEGIN
         INSERT INTO schedules AS s (id, kind, spec, next_run_at, fencing_token, updated_at)
         VALUES (p_id, p_kind, p_spec, p_next_run_at,
-                coalesce((SELECT f.fencing_token FROM schedule_fences f WHERE f.id = p_id), 0),
+                greatest(coalesce((SELECT f.fencing_token FROM schedule_fences f
+                                    WHERE f.id = p_id), 0),
+                         token_floor()),
                 v_now)
         ON CONFLICT (id) DO UPDATE
             SET kind = excluded.kind,
@@ -86,7 +91,8 @@ END
 $$;
 
 COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint) IS
-'Absent: insert with fencing_token = the id''s high-water mark (or 0) and '
+'Absent: insert with fencing_token = the id''s high-water mark (or 0, and at '
+'least token_floor()) and '
 'updated_at = now. Present with the same kind and spec: untouched (a restart '
 'keeps its next_run_at). Present with another kind or spec: overwrite kind, '
 'spec and next_run_at, updated_at = now; token, lease and last_* kept. '
@@ -103,18 +109,21 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
+    v_floor bigint;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('id', p_id);
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
+    v_floor := token_floor();  -- once per call, not per row
 
     RETURN QUERY
     UPDATE schedules s
        SET lease_owner = p_owner,
            lease_until = v_until,
-           fencing_token = s.fencing_token + 1
+           fencing_token = greatest(s.fencing_token + 1, v_floor)
      WHERE s.id = p_id
        AND s.next_run_at IS NOT NULL
        AND s.next_run_at <= v_now
@@ -124,7 +133,8 @@ END
 $$;
 
 COMMENT ON FUNCTION schedule_claim_due(text, text, bigint, bigint) IS
-'Claims p_id for p_owner until now + p_lease_ms and bumps its fencing_token, '
+'Claims p_id for p_owner until now + p_lease_ms and bumps its fencing_token '
+'(to at least token_floor(): above every token of an earlier timeline), '
 'only when it is due (next_run_at IS NOT NULL AND next_run_at <= now) and has '
 'no live lease (lease_until IS NULL OR lease_until <= now). Returns the claimed '
 'row, or no row: not due, leased elsewhere, or unknown. One UPDATE; concurrent '
@@ -140,6 +150,7 @@ AS $$
 DECLARE
     v_renewed boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('id', p_id);
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('lease_until', p_lease_until);
@@ -171,6 +182,7 @@ DECLARE
     v_now       bigint;
     v_completed boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('id', p_id);
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('last_run_at', p_last_run_at);
@@ -204,6 +216,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('id', p_id);
 
     WITH gone AS (
@@ -244,7 +257,9 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
+    v_floor bigint;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
     PERFORM check_positive('limit', p_limit);
@@ -256,6 +271,7 @@ BEGIN
     END IF;
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
+    v_floor := token_floor();  -- once per call, not per row
 
     -- Two static statements, not one filtered by "p_ids IS NULL OR c.id =
     -- ANY (p_ids)": after a few calls plpgsql runs a generic plan, which
@@ -272,7 +288,7 @@ BEGIN
             UPDATE schedules s
                SET lease_owner = p_owner,
                    lease_until = v_until,
-                   fencing_token = s.fencing_token + 1
+                   fencing_token = greatest(s.fencing_token + 1, v_floor)
              WHERE s.id = ANY (ARRAY(
                        SELECT c.id
                          FROM schedules c
@@ -291,7 +307,7 @@ BEGIN
             UPDATE schedules s
                SET lease_owner = p_owner,
                    lease_until = v_until,
-                   fencing_token = s.fencing_token + 1
+                   fencing_token = greatest(s.fencing_token + 1, v_floor)
              WHERE s.id = ANY (ARRAY(
                        SELECT c.id
                          FROM schedules c
@@ -311,7 +327,8 @@ $$;
 
 COMMENT ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) IS
 'Claims up to p_limit due, unleased records for p_owner (earliest next_run_at '
-'first, ties by id), bumping each fencing_token, in one statement; rows locked '
+'first, ties by id), bumping each fencing_token (to at least token_floor()), in '
+'one statement; rows locked '
 'by concurrent claimers are skipped. Only ids in p_ids when given (''{}'' claims '
 'nothing, NULL means no filter). Returns the claimed rows in that order. '
 'Never more than p_limit rows. An empty answer means nothing claimable right '

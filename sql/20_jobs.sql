@@ -5,9 +5,9 @@
 -- a partial index that holds only the jobs still waiting to be dispatched, so
 -- its cost depends on the pending jobs, not on the history.
 --
--- Leases and renews change only lease_holder and lease_until, which no index
--- covers, so they stay HOT (heap-only) updates; fillfactor 70 leaves the room
--- on each page for that. Marking a job dispatched or cancelled changes the
+-- Leases and renews change only lease_holder, lease_until and lease_sequence,
+-- which no index covers, so they stay HOT (heap-only) updates; fillfactor 70
+-- leaves the room on each page for that. Marking a job dispatched or cancelled changes the
 -- partial index's predicate, so those updates are not HOT (they happen once
 -- per job).
 
@@ -18,7 +18,8 @@ CREATE TABLE jobs (
     lease_until  bigint,
     worker_id    text,
     dispatched   boolean NOT NULL DEFAULT false,
-    cancelled    boolean NOT NULL DEFAULT false
+    cancelled    boolean NOT NULL DEFAULT false,
+    lease_sequence bigint NOT NULL DEFAULT 0 CHECK (lease_sequence >= 0)
 ) WITH (fillfactor = 70);
 
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
@@ -36,3 +37,7 @@ COMMENT ON COLUMN jobs.worker_id IS
 COMMENT ON INDEX jobs_pending_by_dispatch_at IS
 'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
 'with dispatched and cancelled history.';
+COMMENT ON COLUMN jobs.lease_sequence IS
+'Bumped by every job_lease (to at least token_floor()), so it grows with every lease '
+'of the job and never goes backwards, even across a promotion; 0 until the first lease. '
+'(run_id, lease_sequence) names one lease: an idempotency key for the provider call.';

@@ -3,7 +3,11 @@
 -- Every function validates all of its arguments before touching a row, so a
 -- bad argument raises 22023 (naming the parameter) and changes nothing,
 -- whatever the state of the row. Times are epoch ms; a NULL p_now means
--- now_ms(), the database clock. A p_now that is not NULL must lie within
+-- now_ms(), the database clock. Every function that writes starts with
+-- check_primary(): on a standby it fails at once, naming the server as one.
+-- job_renew, job_mark_dispatched and job_release take the lease_sequence that
+-- job_lease returned as an optional fence (NULL: any lease of the holder).
+-- A p_now that is not NULL must lie within
 -- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
 -- (off by default: see 01_settings.sql).
 
@@ -28,6 +32,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_present('dispatch_at', p_dispatch_at);
 
@@ -65,6 +70,7 @@ DECLARE
     v_now   bigint;
     v_until bigint;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
@@ -76,7 +82,8 @@ BEGIN
     RETURN QUERY
     UPDATE jobs j
        SET lease_holder = p_holder,
-           lease_until = v_until
+           lease_until = v_until,
+           lease_sequence = greatest(j.lease_sequence + 1, token_floor())
      WHERE j.run_id = (
                SELECT c.run_id
                  FROM jobs c
@@ -94,13 +101,16 @@ $$;
 COMMENT ON FUNCTION job_lease(text, bigint, bigint) IS
 'Leases to p_holder, until now + p_ttl_ms, the next due (dispatch_at <= now), '
 'uncancelled, undispatched job whose lease is absent or expired, earliest '
-'dispatch_at first (ties by run_id). Returns it, or no row. One UPDATE; rows '
+'dispatch_at first (ties by run_id), and bumps its lease_sequence (to at least '
+'token_floor(): above every lease of an earlier timeline). Returns it, with the '
+'new lease_sequence, or no row. One UPDATE; rows '
 'locked by concurrent leasers are skipped, so an empty answer means nothing '
 'leasable right now, not that nothing is due. Two callers never hold one job '
 'while its lease lives.';
 
 CREATE FUNCTION job_renew(
-    p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint
+    p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint,
+    p_lease_sequence bigint DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -111,9 +121,11 @@ DECLARE
     v_until   bigint;
     v_renewed boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
+    PERFORM check_sequence(p_lease_sequence);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
@@ -122,19 +134,22 @@ BEGIN
      WHERE run_id = p_run_id
        AND lease_holder = p_holder
        AND lease_until > v_now
+       AND (p_lease_sequence IS NULL OR lease_sequence = p_lease_sequence)
     RETURNING true INTO v_renewed;
     RETURN coalesce(v_renewed, false);
 END
 $$;
 
-COMMENT ON FUNCTION job_renew(text, text, bigint, bigint) IS
+COMMENT ON FUNCTION job_renew(text, text, bigint, bigint, bigint) IS
 'Extends p_holder''s lease on p_run_id to now + p_ttl_ms, only if p_holder holds '
-'an unexpired lease (lease_until > now); true even when the job is cancelled or '
+'an unexpired lease (lease_until > now) and, when p_lease_sequence is given, it is '
+'that lease (lease_sequence = p_lease_sequence); true even when the job is cancelled or '
 'dispatched. False: the lease expired or another holder took it, and the holder '
 'must stop.';
 
-CREATE FUNCTION job_mark_dispatched(p_run_id text, p_holder text, p_worker_id text)
-RETURNS TABLE (cancelled boolean, recorded boolean)
+CREATE FUNCTION job_mark_dispatched(
+    p_run_id text, p_holder text, p_worker_id text, p_lease_sequence bigint DEFAULT NULL
+) RETURNS TABLE (cancelled boolean, recorded boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -142,6 +157,7 @@ AS $$
 DECLARE
     v_cancelled boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     IF length(p_worker_id) > 1024 THEN
@@ -149,6 +165,7 @@ BEGIN
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'worker_id must be a string of at most 1024 characters';
     END IF;
+    PERFORM check_sequence(p_lease_sequence);
 
     -- Under READ COMMITTED a concurrent job_cancel either committed before
     -- this UPDATE took the row lock (the re-checked row then says cancelled)
@@ -158,6 +175,7 @@ BEGIN
            worker_id = p_worker_id
      WHERE j.run_id = p_run_id
        AND j.lease_holder = p_holder
+       AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
     RETURNING j.cancelled INTO v_cancelled;
     IF FOUND THEN
         RETURN QUERY SELECT v_cancelled, true;
@@ -169,15 +187,18 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION job_mark_dispatched(text, text, text) IS
+COMMENT ON FUNCTION job_mark_dispatched(text, text, text, bigint) IS
 'Records the dispatch of p_run_id by p_holder (its lease may have expired: a '
 'dispatch can outlive its lease) with p_worker_id (NULL allowed): one row '
-'(cancelled, recorded). recorded = true when lease_holder = p_holder, and then '
+'(cancelled, recorded). recorded = true when lease_holder = p_holder (and, when '
+'p_lease_sequence is given, lease_sequence = p_lease_sequence), and then '
 'cancelled says whether a cancel arrived (tell the bot to leave at once). '
-'Another holder took the job, or it is gone: nothing changes, recorded = false, '
+'Another holder (or lease) took the job, or it is gone: nothing changes, recorded = false, '
 'cancelled = the stored flag (false for a missing job). The lease is left as it is.';
 
-CREATE FUNCTION job_release(p_run_id text, p_holder text, p_retry_at bigint) RETURNS boolean
+CREATE FUNCTION job_release(
+    p_run_id text, p_holder text, p_retry_at bigint, p_lease_sequence bigint DEFAULT NULL
+) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -185,9 +206,11 @@ AS $$
 DECLARE
     v_released boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_name('holder', p_holder);
     PERFORM check_present('retry_at', p_retry_at);
+    PERFORM check_sequence(p_lease_sequence);
 
     UPDATE jobs
        SET lease_holder = NULL,
@@ -196,16 +219,18 @@ BEGIN
      WHERE run_id = p_run_id
        AND lease_holder = p_holder
        AND NOT dispatched
+       AND (p_lease_sequence IS NULL OR lease_sequence = p_lease_sequence)
     RETURNING true INTO v_released;
     RETURN coalesce(v_released, false);
 END
 $$;
 
-COMMENT ON FUNCTION job_release(text, text, bigint) IS
+COMMENT ON FUNCTION job_release(text, text, bigint, bigint) IS
 'Gives up p_holder''s lease on p_run_id without dispatching (the dispatch failed '
 'and will be retried): clears the lease and moves dispatch_at to p_retry_at. '
-'Only while lease_holder = p_holder (expired or not) and the job is not '
-'dispatched; else false and nothing changes.';
+'Only while lease_holder = p_holder (expired or not; and, when p_lease_sequence '
+'is given, lease_sequence = p_lease_sequence) and the job is not dispatched; else '
+'false and nothing changes. The lease_sequence is kept: the next lease bumps it.';
 
 CREATE FUNCTION job_cancel(p_run_id text) RETURNS text
 LANGUAGE plpgsql
@@ -216,6 +241,7 @@ DECLARE
     v_dispatched boolean;
     v_cancelled  boolean;
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
 
     -- The row lock orders this call against a concurrent job_mark_dispatched:
@@ -274,6 +300,7 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 BEGIN
+    PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     DELETE FROM jobs WHERE run_id = p_run_id;
 END

@@ -25,9 +25,9 @@ REVOKE ALL ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]
 REVOKE ALL ON FUNCTION job_channel() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_schedule(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_lease(text, bigint, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION job_renew(text, text, bigint, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION job_mark_dispatched(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION job_release(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_renew(text, text, bigint, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_mark_dispatched(text, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_release(text, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_cancel(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_get(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_list_dispatched() FROM PUBLIC;
@@ -39,5 +39,9 @@ REVOKE ALL ON FUNCTION check_one_of(text, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_length(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_now(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION raise_invalid(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_sequence(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_primary() FROM PUBLIC;
+REVOKE ALL ON FUNCTION raise_standby() FROM PUBLIC;
+REVOKE ALL ON FUNCTION token_floor() FROM PUBLIC;
 
 REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings FROM PUBLIC;

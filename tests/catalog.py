@@ -67,9 +67,11 @@ def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[
 
 #: The store's helpers, which run as their caller (an API function) on its pinned
 #: path, neither SECURITY DEFINER nor with a SET clause: the plain SQL ones the API
-#: functions inline, the plpgsql raise_invalid they call, and check_now (plpgsql: it
-#: reads store_settings, and only for a p_now that is given).
+#: functions inline (token_floor and check_primary among them), the plpgsql
+#: raise_invalid and raise_standby they call, and check_now (plpgsql: it reads
+#: store_settings, and only for a p_now that is given).
 INLINED_HELPERS = frozenset(
     {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present",
-     "check_one_of", "check_length", "check_now"}
+     "check_one_of", "check_length", "check_now", "check_sequence", "check_primary",
+     "raise_standby", "token_floor"}
 )

@@ -34,7 +34,7 @@ from pgstore.cli import (
 )
 from pgstore.models import Job, ScheduleRecord
 
-HEAD = "pgstore_0006"
+HEAD = "pgstore_0007"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

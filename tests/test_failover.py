@@ -47,7 +47,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgstore import CompletePatch, PgJobStore, PgScheduleStore
+from pgstore import CompletePatch, PgJobStore, PgScheduleStore, ReadOnlyServer
 from pgstore.testing import install_schema
 from tests.ha import Pair, ha_pair, wait_for
 
@@ -102,11 +102,6 @@ class Ledger:
         return found
 
 
-def lease_sequence(job: Any) -> int | None:
-    """The lease sequence a lease returned (None where the store has none)."""
-    return getattr(job, "lease_sequence", None)
-
-
 class Writer(threading.Thread):
     """One writer: its own autocommit connection, both stores on it, a random mix."""
 
@@ -158,7 +153,7 @@ class Writer(threading.Thread):
         job = jobs.lease(self.owner, None, LEASE_MS)
         if job is None:
             return
-        seq = lease_sequence(job)
+        seq = job.lease_sequence
         self.ledger.add("leases", (phase, job.run_id, self.owner, seq))
         if rng.random() < 0.15:
             jobs.release(job.run_id, self.owner, 0)
@@ -215,6 +210,7 @@ class Outcome:
     tokens_not_above: int
     stale_renews_accepted: int
     stale_completes_accepted: int
+    stale_job_calls_accepted: int
     duplicate_dispatches: int
     duplicates_without_higher_sequence: int
     sequences_not_above: int
@@ -299,6 +295,18 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
                 stale_renews += store.renew(id_, token, later + 60_000)
                 stale_completes += store.complete(id_, token, CompletePatch(0, 2, "error"), later)
 
+    # Every job lease from before the failover that is not the job's lease now comes
+    # back with its number: none may record a dispatch or release the job.
+    stale_marks = 0
+    current = dict(new(f"SELECT run_id, lease_sequence FROM {SCHEMA}.jobs"))
+    with psycopg.connect(pair.primary.dsn, autocommit=True) as conn:
+        jobs = PgJobStore(conn, schema=SCHEMA)
+        for phase, run_id, holder, seq in ledger.leases:
+            if phase != "after" and run_id in current and seq != current[run_id]:
+                mark = jobs.mark_dispatched(run_id, holder, "bot-stale", seq)
+                stale_marks += mark.recorded
+                stale_marks += jobs.release(run_id, holder, 0, seq)
+
     counts = Counter((id_, token) for _, id_, token, _ in ledger.claims)
     before, after = ledger.tokens(("before", "window")), ledger.tokens(("after",))
     not_above = sum(
@@ -334,6 +342,7 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
         tokens_not_above=not_above,
         stale_renews_accepted=stale_renews,
         stale_completes_accepted=stale_completes,
+        stale_job_calls_accepted=stale_marks,
         duplicate_dispatches=len(duplicates),
         duplicates_without_higher_sequence=without_higher,
         sequences_not_above=seq_not_above,
@@ -349,6 +358,7 @@ def assert_fenced(outcome: Outcome) -> None:
     assert outcome.stale_renews_accepted == 0, f"a lost claim renewed: {outcome.line()}"
     assert outcome.stale_completes_accepted == 0, f"a lost claim completed: {outcome.line()}"
     assert outcome.sequences_not_above == 0, f"lease sequences went backwards: {outcome.line()}"
+    assert outcome.stale_job_calls_accepted == 0, f"a lost lease was honoured: {outcome.line()}"
     assert outcome.duplicates_without_higher_sequence == 0, outcome.line()
 
 
@@ -387,8 +397,10 @@ def test_lagging_standby_never_reissues_a_token(pair: Pair, seed: int) -> None:
     # A holder still talking to it is refused.
     with psycopg.connect(old_dsn, autocommit=True) as conn:
         store = PgScheduleStore(conn, schema=SCHEMA)
-        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        with pytest.raises(ReadOnlyServer, match="standby"):
             store.renew(IDS[0], 1, 0)
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction, match="standby"):
+            conn.execute(f"SELECT * FROM {SCHEMA}.job_lease('w0', NULL, 1000)")
 
 
 @SEEDS

@@ -245,7 +245,8 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t)
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
-           AND p.proname <> 'raise_invalid'  -- the helpers: not granted to clients
+           AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor')
+           -- the helpers: not granted to clients
         """,
         (db.schema,),
     ).fetchall()
@@ -424,6 +425,8 @@ run_ids = st.one_of(st.sampled_from(SEED_JOBS), st.text(min_size=1, max_size=8))
 names = st.sampled_from(["w1", "w2", "w3"])
 times = st.one_of(st.none(), st.integers(-(10**6), 10**13))
 positives = st.integers(1, 10**9)
+#: A lease sequence fence: none, a plausible one, or one SQL rejects (not positive).
+sequences = st.one_of(st.none(), st.integers(-2, 5))
 statuses = st.sampled_from(["ok", "error"])
 #: Specs around their 1024-character limit too, so the stores agree at the edge.
 specs = st.one_of(
@@ -456,9 +459,9 @@ SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
 JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "schedule": [run_ids, times],
     "lease": [names, times, positives],
-    "renew": [run_ids, names, times, positives],
-    "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10))],
-    "release": [run_ids, names, times],
+    "renew": [run_ids, names, times, positives, sequences],
+    "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10)), sequences],
+    "release": [run_ids, names, times, sequences],
     "cancel": [run_ids],
     "get": [run_ids],
     "list_dispatched": [],

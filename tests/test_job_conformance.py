@@ -50,7 +50,8 @@ def test_schedule_existing_moves_only_dispatch_at(jobs: JobStoreUnderTest) -> No
     assert s.mark_dispatched("r1", "h1", "bot-7") == MarkResult(cancelled=False, recorded=True)
     s.schedule("r1", 9_000)
     assert s.get("r1") == _job(
-        "r1", 9_000, lease_holder="h1", lease_until=150 + TTL, worker_id="bot-7", dispatched=True
+        "r1", 9_000, lease_holder="h1", lease_until=150 + TTL, worker_id="bot-7", dispatched=True,
+        lease_sequence=1,
     )
     s.schedule("r2", 100)
     assert s.cancel("r2") == CancelResult.CANCELLED
@@ -75,7 +76,7 @@ def test_lease_sets_holder_and_expiry(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     s.schedule("r1", 100)
     leased = s.lease("h1", 100, TTL)  # dispatch_at == now is due
-    expected = _job("r1", 100, lease_holder="h1", lease_until=100 + TTL)
+    expected = _job("r1", 100, lease_holder="h1", lease_until=100 + TTL, lease_sequence=1)
     assert leased == expected
     assert s.get("r1") == expected
 
@@ -124,7 +125,8 @@ def test_expired_lease_is_leased_again_and_first_holder_renew_fails(
     assert s.lease("h1", 100, TTL) is not None
     assert s.lease("h2", 100 + TTL - 1, TTL) is None  # still live
     again = s.lease("h2", 100 + TTL, TTL)  # lease_until == now: expired
-    assert again == _job("r1", 100, lease_holder="h2", lease_until=100 + 2 * TTL)
+    assert again == _job("r1", 100, lease_holder="h2", lease_until=100 + 2 * TTL,
+                         lease_sequence=2)  # every lease bumps it
     assert s.renew("r1", "h1", 100 + TTL, TTL) is False
     assert s.get("r1") == again
 
@@ -137,7 +139,7 @@ def test_renew_extends_a_live_lease(jobs: JobStoreUnderTest) -> None:
     s.schedule("r1", 100)
     assert s.lease("h1", 100, TTL) is not None
     assert s.renew("r1", "h1", 600, 5_000) is True
-    assert s.get("r1") == _job("r1", 100, lease_holder="h1", lease_until=5_600)
+    assert s.get("r1") == _job("r1", 100, lease_holder="h1", lease_until=5_600, lease_sequence=1)
 
 
 def test_renew_fails_when_expired_even_if_nobody_took_it(jobs: JobStoreUnderTest) -> None:
@@ -183,7 +185,8 @@ def test_mark_dispatched_by_holder_records_and_keeps_the_lease(jobs: JobStoreUnd
     assert s.lease("h1", 100, TTL) is not None
     assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=False, recorded=True)
     assert s.get("r1") == _job(
-        "r1", 100, lease_holder="h1", lease_until=100 + TTL, worker_id="bot-1", dispatched=True
+        "r1", 100, lease_holder="h1", lease_until=100 + TTL, worker_id="bot-1", dispatched=True,
+        lease_sequence=1,
     )
     assert s.lease("h2", 100 + 10 * TTL, TTL) is None  # dispatched: never leased again
 
@@ -247,7 +250,7 @@ def test_cancel_under_live_lease_is_learned_from_mark_dispatched(jobs: JobStoreU
     assert s.mark_dispatched("r1", "h1", "bot-1") == MarkResult(cancelled=True, recorded=True)
     assert s.get("r1") == _job(
         "r1", 100, lease_holder="h1", lease_until=100 + TTL, worker_id="bot-1",
-        dispatched=True, cancelled=True,
+        dispatched=True, cancelled=True, lease_sequence=1,
     )
     assert s.cancel("r1") == CancelResult.ALREADY_DISPATCHED
 
@@ -260,7 +263,7 @@ def test_release_clears_the_lease_and_moves_dispatch_at(jobs: JobStoreUnderTest)
     s.schedule("r1", 100)
     assert s.lease("h1", 100, TTL) is not None
     assert s.release("r1", "h1", 5_000) is True
-    assert s.get("r1") == _job("r1", 5_000)
+    assert s.get("r1") == _job("r1", 5_000, lease_sequence=1)  # kept: the next lease bumps it
     assert s.lease("h2", 4_999, TTL) is None
     leased = s.lease("h2", 5_000, TTL)
     assert leased is not None and leased.run_id == "r1"
@@ -272,7 +275,7 @@ def test_release_by_holder_after_expiry_still_works(jobs: JobStoreUnderTest) -> 
     assert s.lease("h1", 100, TTL) is not None
     # release has no now: "still holds" is lease_holder = holder, expired or not.
     assert s.release("r1", "h1", 7_000) is True
-    assert s.get("r1") == _job("r1", 7_000)
+    assert s.get("r1") == _job("r1", 7_000, lease_sequence=1)
 
 
 def test_release_fails_and_changes_nothing_unless_holder_holds_undispatched(
@@ -303,8 +306,75 @@ def test_release_of_a_cancelled_job_under_lease(jobs: JobStoreUnderTest) -> None
     assert s.lease("h1", 100, TTL) is not None
     assert s.cancel("r1") == CancelResult.CANCELLED
     assert s.release("r1", "h1", 9_000) is True
-    assert s.get("r1") == _job("r1", 9_000, cancelled=True)
+    assert s.get("r1") == _job("r1", 9_000, cancelled=True, lease_sequence=1)
     assert s.lease("h1", 10_000, TTL) is None  # cancelled: never leased
+
+
+# --- lease sequence ---------------------------------------------------------------------
+
+
+def test_lease_sequence_grows_with_every_lease_of_a_job(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    s.schedule("r2", 100)
+    assert s.get("r1").lease_sequence == 0  # never leased
+    seen = []
+    for k in range(4):  # expired, released, expired again: each lease is the next number
+        job = s.lease("h1", 100 + k * 10 * TTL, TTL)
+        assert job is not None and job.run_id == "r1"
+        seen.append(job.lease_sequence)
+        if k == 1:
+            assert s.release("r1", "h1", 100, job.lease_sequence) is True
+    assert seen == [1, 2, 3, 4]
+    assert s.mark_dispatched("r1", "h1", "bot", 4).recorded
+    other = s.lease("h1", 100 + 40 * TTL, TTL)
+    assert other is not None and other.run_id == "r2" and other.lease_sequence == 1  # per job
+
+
+def test_lease_sequence_fences_renew_mark_and_release(jobs: JobStoreUnderTest) -> None:
+    """The same holder leasing a job again (a dispatcher restarted under one name)
+    cannot renew, record or release with the number of its earlier lease; calls
+    without a number behave as before."""
+    s = jobs.store
+    s.schedule("r1", 100)
+    first = s.lease("h1", 100, TTL)
+    assert first is not None
+    second = s.lease("h1", 100 + TTL, TTL)  # the first expired; the same holder again
+    assert second is not None and second.lease_sequence == first.lease_sequence + 1
+    before = jobs.state()
+    now = 100 + TTL + 1
+    assert s.renew("r1", "h1", now, TTL, first.lease_sequence) is False
+    assert s.mark_dispatched("r1", "h1", "bot-old", first.lease_sequence) == MarkResult(
+        cancelled=False, recorded=False
+    )
+    assert s.release("r1", "h1", 9_000, first.lease_sequence) is False
+    assert jobs.state() == before  # nothing changed
+    assert s.renew("r1", "h1", now, TTL, second.lease_sequence) is True
+    assert s.renew("r1", "h1", now, TTL) is True  # no fence: any lease of the holder
+    assert s.mark_dispatched("r1", "h1", "bot", second.lease_sequence) == MarkResult(
+        cancelled=False, recorded=True
+    )
+    assert s.get("r1") == _job(
+        "r1", 100, lease_holder="h1", lease_until=now + TTL, worker_id="bot", dispatched=True,
+        lease_sequence=2,
+    )
+    assert s.release("r1", "h1", 9_000, second.lease_sequence) is False  # dispatched
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_lease_sequence_must_be_positive(jobs: JobStoreUnderTest, bad: int) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    before = jobs.state()
+    for call in (
+        lambda: s.renew("r1", "h1", 100, TTL, bad),
+        lambda: s.mark_dispatched("r1", "h1", "bot", bad),
+        lambda: s.release("r1", "h1", 100, bad),
+    ):
+        with pytest.raises(InvalidArgument, match="lease_sequence"):
+            call()
+    assert jobs.state() == before
 
 
 # --- cancel -----------------------------------------------------------------------------

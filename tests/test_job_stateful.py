@@ -120,7 +120,7 @@ class JobMachine(RuleBasedStateMachine):
         rows = self.conn.execute(
             sql.SQL(
                 "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id,"
-                ' dispatched, cancelled FROM {}.jobs ORDER BY run_id COLLATE "C"'
+                ' dispatched, cancelled, lease_sequence FROM {}.jobs ORDER BY run_id COLLATE "C"'
             ).format(sql.Identifier(_Context.schema))
         ).fetchall()
         return [Job(*row) for row in rows]

@@ -146,8 +146,8 @@ def test_upgrade_from_0005_keeps_data_and_downgrade_back_to_it(
         conn.execute("SELECT job_lease('h', 10, 60000)")
         before = rows(conn)
 
-    migrate(dsn, "mig6_upgraded")
-    assert current_revision(dsn, "mig6_upgraded") == pgstore.HEAD_REVISION == "pgstore_0006"
+    migrate(dsn, "mig6_upgraded", "pgstore_0006")
+    assert current_revision(dsn, "mig6_upgraded") == "pgstore_0006"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET search_path = mig6_upgraded")
         assert rows(conn) == before
@@ -168,6 +168,69 @@ def test_upgrade_from_0005_keeps_data_and_downgrade_back_to_it(
         conn.execute("SET search_path = mig6_upgraded")
         conn.execute("SELECT schedule_register('longer', 'interval', %s, 0, 0)", (long_spec * 2,))
         assert conn.execute("SELECT job_renew('r', 'h', 1000000000000000, 1000)").fetchone() == (False,)
+
+
+def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0007 adds jobs.lease_sequence (0 for stored jobs), the token floor and the
+    standby check, and a lease-sequence fence on three job functions whose
+    signature changes. Rows are kept both ways; the client role may call the
+    old forms (no fence) and the new ones after the upgrade, and the old ones
+    after the downgrade."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig7_upgraded", "pgstore_0006")
+    migrate(dsn, "mig7_reference", "pgstore_0006")
+    tables = ("schedules", "schedule_fences", "jobs")
+
+    def rows(conn: psycopg.Connection[Any]) -> list[Any]:
+        return [conn.execute(f"SELECT * FROM mig7_upgraded.{t} ORDER BY 1").fetchall()  # type: ignore[arg-type]
+                for t in tables]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig7_upgraded")
+        conn.execute("SELECT schedule_register('t', 'interval', '1000', 0, 0)")
+        conn.execute("SELECT schedule_claim_due('t', 'w', 10, 60000)")
+        for run_id in ("held", "sent", "waiting"):
+            conn.execute("SELECT job_schedule(%s, 0)", (run_id,))
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # held
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # sent
+        conn.execute("SELECT job_mark_dispatched('sent', 'h', 'bot')")
+        before = rows(conn)
+
+    migrate(dsn, "mig7_upgraded")
+    assert current_revision(dsn, "mig7_upgraded") == pgstore.HEAD_REVISION == "pgstore_0007"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig7_upgraded")
+        schedules, fences, jobs = rows(conn)
+        assert [schedules, fences] == before[:2]
+        assert jobs == [(*row, 0) for row in before[2]]  # the new column, last, 0
+        conn.execute("SET ROLE mig7_upgraded_client")
+        # Old callers: no fence, the same answers as before.
+        assert conn.execute("SELECT job_renew('held', 'h', 20, 60000)").fetchone() == (True,)
+        assert conn.execute("SELECT * FROM job_mark_dispatched('held', 'x', NULL)").fetchone() == (False, False)
+        assert conn.execute("SELECT job_release('held', 'h', 0)").fetchone() == (True,)
+        # New callers: the next lease is 1 (the stored 0 + 1), and it fences.
+        leased = conn.execute("SELECT run_id, lease_sequence FROM job_lease('h', 30, 60000)").fetchall()
+        assert leased == [("held", 1)]
+        assert conn.execute("SELECT job_renew('held', 'h', 40, 60000, 2)").fetchone() == (False,)
+        assert conn.execute("SELECT * FROM job_mark_dispatched('held', 'h', 'bot', 1)").fetchone() == (False, True)
+        assert conn.execute("SELECT job_release('waiting', 'h', 0, 1)").fetchone() == (False,)
+        claim = conn.execute("SELECT fencing_token FROM schedule_claim_due('t', 'w', 10000000, 1)").fetchone()
+        assert claim == (2,)  # timeline 1: the floor is 0, tokens count on as before
+        conn.execute("RESET ROLE")
+        before = rows(conn)
+
+    downgrade(dsn, "mig7_upgraded", "pgstore_0006")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig7_upgraded") == catalog(conn, "mig7_reference")
+        assert conn.execute("SELECT mig7_upgraded.schema_revision()").fetchone() == ("pgstore_0006",)
+        schedules, fences, jobs = rows(conn)
+        assert [schedules, fences] == before[:2] and jobs == [row[:-1] for row in before[2]]
+        conn.execute("SET search_path = mig7_upgraded")
+        conn.execute("SET ROLE mig7_upgraded_client")
+        assert conn.execute("SELECT job_release('waiting', 'h', 0)").fetchone() == (False,)
+        assert conn.execute("SELECT * FROM job_mark_dispatched('sent', 'h', 'bot')").fetchone() == (False, True)
 
 
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:

@@ -138,7 +138,8 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     assert db.execute("SELECT job_schedule('meeting-R', 36000000)").fetchone() == ("",)
     assert db.execute("SELECT * FROM job_lease('dispatcher-1', 35999999, 30000)").fetchall() == []
     row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
-    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False)
+    # The lease sequence comes after the other columns; the first lease is 1.
+    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1)
     assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
     assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
