@@ -65,7 +65,7 @@ AFTER_MIN_SECONDS = 0.4
 AFTER_MAX_SECONDS = 30.0
 #: Trials per mode (each on a pair of its own); ``PGSTORE_FAILOVER_TRIALS=20`` for a long run.
 TRIALS = int(os.environ.get("PGSTORE_FAILOVER_TRIALS", "1"))
-SEEDS = pytest.mark.parametrize("seed", range(TRIALS))
+SALTS = pytest.mark.parametrize("salt", range(TRIALS))
 
 
 # --- The ledger of acknowledged calls --------------------------------------------
@@ -106,7 +106,7 @@ class Writer(threading.Thread):
     """One writer: its own autocommit connection, both stores on it, a random mix."""
 
     def __init__(self, index: int, dsn: str, ledger: Ledger, phase: Callable[[], str],
-                 stop: threading.Event, schedule_jobs: bool, seed: int) -> None:
+                 stop: threading.Event, schedule_jobs: bool, salt: int) -> None:
         super().__init__(name=f"writer-{index}", daemon=True)
         self.index = index
         self.dsn = dsn
@@ -114,7 +114,7 @@ class Writer(threading.Thread):
         self.phase = phase
         self.stop = stop
         self.schedule_jobs = schedule_jobs
-        self.rng = random.Random(seed)
+        self.rng = random.Random(salt)
         self.owner = f"w{index}"  # one name per writer, as a process keeps its holder name
         self.jobs_made = 0
 
@@ -172,10 +172,10 @@ class Load:
     threads: list[Writer] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def start(self, dsn: str, schedule_jobs: bool, seed: int) -> None:
+    def start(self, dsn: str, schedule_jobs: bool, salt: int) -> None:
         self.stop = threading.Event()
         self.threads = [
-            Writer(k, dsn, self.ledger, lambda: self.phase, self.stop, schedule_jobs, seed + k)
+            Writer(k, dsn, self.ledger, lambda: self.phase, self.stop, schedule_jobs, salt + k)
             for k in range(WRITERS)
         ]
         for thread in self.threads:
@@ -206,7 +206,7 @@ class Outcome:
     claims_after: int
     claims_lost: int
     marks_lost: int
-    tokens_issued_twice: int
+    tokens_handed_out_twice: int
     tokens_not_above: int
     stale_renews_accepted: int
     stale_completes_accepted: int
@@ -227,7 +227,7 @@ def _db(node_dsn: str) -> Callable[[str], list[tuple[Any, ...]]]:
     return query
 
 
-def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
+def run_trial(pair: Pair, mode: str, salt: int) -> Outcome:
     """Load, lose (or not), fail over, load again; the counts of what went wrong."""
     install_schema(pair.primary.dsn, SCHEMA)
     with psycopg.connect(pair.primary.dsn) as conn:
@@ -238,7 +238,7 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
         pair.set_synchronous("on")
     ledger = Ledger()
     load = Load(ledger)
-    load.start(pair.primary.dsn, schedule_jobs=True, seed=seed)
+    load.start(pair.primary.dsn, schedule_jobs=True, salt=salt)
     time.sleep(WARM_SECONDS)
     if mode == "lagging":
         pair.cut_off()
@@ -266,7 +266,7 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
     marks_lost = sum(1 for _, run_id, _, _ in ledger.marks if jobs_state.get(run_id) is False)
 
     load.phase = "after"
-    load.start(pair.primary.dsn, schedule_jobs=False, seed=seed + 100)
+    load.start(pair.primary.dsn, schedule_jobs=False, salt=salt + 100)
     started = time.monotonic()
 
     def settled() -> bool:
@@ -338,7 +338,7 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
         claims_after=sum(1 for c in ledger.claims if c[0] == "after"),
         claims_lost=claims_lost,
         marks_lost=marks_lost,
-        tokens_issued_twice=sum(n - 1 for n in counts.values() if n > 1),
+        tokens_handed_out_twice=sum(n - 1 for n in counts.values() if n > 1),
         tokens_not_above=not_above,
         stale_renews_accepted=stale_renews,
         stale_completes_accepted=stale_completes,
@@ -353,7 +353,7 @@ def run_trial(pair: Pair, mode: str, seed: int) -> Outcome:
 
 def assert_fenced(outcome: Outcome) -> None:
     """What must hold whatever was lost."""
-    assert outcome.tokens_issued_twice == 0, f"tokens issued twice: {outcome.line()}"
+    assert outcome.tokens_handed_out_twice == 0, f"tokens handed out twice: {outcome.line()}"
     assert outcome.tokens_not_above == 0, f"tokens not above the old ones: {outcome.line()}"
     assert outcome.stale_renews_accepted == 0, f"a lost claim renewed: {outcome.line()}"
     assert outcome.stale_completes_accepted == 0, f"a lost claim completed: {outcome.line()}"
@@ -368,17 +368,17 @@ def pair() -> Iterator[Pair]:
         yield built
 
 
-@SEEDS
-def test_caught_up_standby_loses_nothing(pair: Pair, seed: int) -> None:
-    outcome = run_trial(pair, "caught_up", seed=1000 + seed)
+@SALTS
+def test_caught_up_standby_loses_nothing(pair: Pair, salt: int) -> None:
+    outcome = run_trial(pair, "caught_up", salt=1000 + salt)
     assert outcome.claims_lost == 0 and outcome.marks_lost == 0, outcome.line()
     assert outcome.duplicate_dispatches == 0, outcome.line()
     assert_fenced(outcome)
 
 
-@SEEDS
-def test_lagging_standby_never_reissues_a_token(pair: Pair, seed: int) -> None:
-    outcome = run_trial(pair, "lagging", seed=2000 + seed)
+@SALTS
+def test_lagging_standby_never_hands_out_a_token_twice(pair: Pair, salt: int) -> None:
+    outcome = run_trial(pair, "lagging", salt=2000 + salt)
     assert outcome.claims_window > 0 and outcome.claims_lost > 0, (
         f"the trial lost no acknowledged claim: {outcome.line()}"
     )
@@ -403,9 +403,9 @@ def test_lagging_standby_never_reissues_a_token(pair: Pair, seed: int) -> None:
             conn.execute(f"SELECT * FROM {SCHEMA}.job_lease('w0', NULL, 1000)")
 
 
-@SEEDS
-def test_synchronous_standby_loses_nothing(pair: Pair, seed: int) -> None:
-    outcome = run_trial(pair, "synchronous", seed=3000 + seed)
+@SALTS
+def test_synchronous_standby_loses_nothing(pair: Pair, salt: int) -> None:
+    outcome = run_trial(pair, "synchronous", salt=3000 + salt)
     assert outcome.claims_lost == 0 and outcome.marks_lost == 0, outcome.line()
     assert outcome.duplicate_dispatches == 0, outcome.line()
     assert_fenced(outcome)

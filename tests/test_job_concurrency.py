@@ -128,6 +128,7 @@ def test_lease_workers_lease_every_job_exactly_once(
                 worker_id=None,
                 dispatched=False,
                 cancelled=False,
+                lease_sequence=1,
             )
         # A row skipped because another leaser had it locked is leased by that
         # leaser, so no leaser can later be handed an earlier job.
@@ -209,6 +210,7 @@ def test_cancel_racing_mark_dispatched_one_side_always_learns(
                 worker_id="worker-x",
                 dispatched=True,
                 cancelled=cancelled is CancelResult.CANCELLED,
+                lease_sequence=1,
             ), f"trial {trial}"
             outcomes[
                 "cancel first (mark.cancelled)"
@@ -262,10 +264,10 @@ def test_renew_racing_another_holders_lease_is_decided_by_now(
             assert row is not None
             if expired:
                 assert not renewed, f"trial {trial}: renewed an expired lease"
-                assert taken == Job(run_id, 0, "h2", now + ttl, None, False, False)
+                assert taken == Job(run_id, 0, "h2", now + ttl, None, False, False, 2)
                 assert row == taken, f"trial {trial}"
             else:
                 assert renewed, f"trial {trial}: a live lease was not renewed"
                 assert taken is None, f"trial {trial}: took a live lease: {taken}"
-                assert row == Job(run_id, 0, "h1", now + ttl, None, False, False)
+                assert row == Job(run_id, 0, "h1", now + ttl, None, False, False, 1)
             setup.remove(run_id)  # so later trials lease only their own job
