@@ -185,6 +185,40 @@ def grant_statements(
     return statements
 
 
+def executors(conn: psycopg.Connection[Any], schema: str, function: Function) -> list[str]:
+    """The roles granted EXECUTE on ``function`` of ``schema``, other than its owner and
+    PUBLIC (none when the function does not exist)."""
+    signature = sql.SQL("{}.{}({})").format(
+        sql.Identifier(schema),
+        sql.Identifier(function.name),
+        sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types),
+    )
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT DISTINCT pg_get_userbyid(a.grantee)"
+            "  FROM pg_proc p, aclexplode(p.proacl) a"
+            " WHERE p.oid = to_regprocedure({})"
+            "   AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner"
+            " ORDER BY 1"
+        ).format(sql.Literal(signature.as_string(conn)))
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def grant_executors(
+    conn: psycopg.Connection[Any], schema: str, function: Function, roles: Sequence[str]
+) -> None:
+    """Grant EXECUTE on ``function`` of ``schema`` to each of ``roles``, one statement each."""
+    arg_types = sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types)
+    for role in roles:
+        conn.execute(
+            sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
+                sql.Identifier(schema), sql.Identifier(function.name), arg_types,
+                sql.Identifier(role),
+            )
+        )
+
+
 def grant(
     conn: psycopg.Connection[Any],
     schema: str,

@@ -82,6 +82,24 @@ def client_role_adopt() -> bool:
     raise InvalidArgument(f"adopt_client_role must be on or off, not {raw!r}")
 
 
+def run_sql_replacing_functions(
+    revision_file: str, sql_name: str, replaced: Sequence[tuple[Function, Function]]
+) -> None:
+    """Run ``sql_name`` (beside ``revision_file``), which drops each ``old`` function of
+    ``replaced`` and creates its ``new`` one, and grant EXECUTE on each new function to
+    every role that could execute the old one (the client role, whatever its name, and
+    any role the DBA granted), so a changed signature keeps its callers. Offline, only
+    the script is printed: grants made outside pgstore are not carried over."""
+    if context.is_offline_mode():
+        run_sql_beside(revision_file, sql_name)
+        return
+    conn, schema = _driver_connection(), target_schema()
+    callers = [(new, _client_role.executors(conn, schema, old)) for old, new in replaced]
+    run_sql_beside(revision_file, sql_name)
+    for new, roles in callers:
+        _client_role.grant_executors(conn, schema, new, roles)
+
+
 def grant_client_role(functions: Sequence[Function]) -> None:
     """Create (or adopt) the client role and grant it USAGE on the schema and EXECUTE on
     ``functions`` (a revision's own, frozen list), one statement per grant."""

@@ -12,6 +12,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 import pgstore
@@ -181,6 +182,7 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
     dsn = pgstore_fresh_database()
     migrate(dsn, "mig7_upgraded", "pgstore_0006")
     migrate(dsn, "mig7_reference", "pgstore_0006")
+    client = f"mig7_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
     tables = ("schedules", "schedule_fences", "jobs")
 
     def rows(conn: psycopg.Connection[Any]) -> list[Any]:
@@ -205,7 +207,7 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
         schedules, fences, jobs = rows(conn)
         assert [schedules, fences] == before[:2]
         assert jobs == [(*row, 0) for row in before[2]]  # the new column, last, 0
-        conn.execute("SET ROLE mig7_upgraded_client")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
         # Old callers: no fence, the same answers as before.
         assert conn.execute("SELECT job_renew('held', 'h', 20, 60000)").fetchone() == (True,)
         assert conn.execute("SELECT * FROM job_mark_dispatched('held', 'x', NULL)").fetchone() == (False, False)
@@ -228,7 +230,7 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
         schedules, fences, jobs = rows(conn)
         assert [schedules, fences] == before[:2] and jobs == [row[:-1] for row in before[2]]
         conn.execute("SET search_path = mig7_upgraded")
-        conn.execute("SET ROLE mig7_upgraded_client")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
         assert conn.execute("SELECT job_release('waiting', 'h', 0)").fetchone() == (False,)
         assert conn.execute("SELECT * FROM job_mark_dispatched('sent', 'h', 'bot')").fetchone() == (False, True)
 
@@ -300,3 +302,35 @@ def test_host_app_branch(pgstore_fresh_database: Callable[[], str]) -> None:
         assert store.list() == []
     command.downgrade(cfg, "base")
     assert "hoststore" not in _namespaces(dsn)
+
+
+def test_a_changed_signature_keeps_every_grant_of_the_old_one(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0007 drops and creates job_renew, job_mark_dispatched and job_release with a new
+    argument: whoever could execute the old form (the client role, and a role the DBA
+    granted by hand) may execute the new one, and the old one again after a downgrade."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "sig", "pgstore_0006")
+    dba_role = f"sig_ops_{conninfo_to_dict(dsn)['dbname']}"
+    client = f"sig_client_{conninfo_to_dict(dsn)['dbname']}"
+    old, new = "sig.job_renew(text, text, bigint, bigint)", "sig.job_renew(text, text, bigint, bigint, bigint)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(dba_role)))
+        conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION sig.job_renew(text, text, bigint, bigint) TO {}").format(sql.Identifier(dba_role)))
+
+        def may(role: str, signature: str) -> bool:
+            row = conn.execute(
+                "SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, signature)
+            ).fetchone()
+            return bool(row and row[0])
+
+        try:
+            assert may(dba_role, old) and may(client, old)
+            migrate(dsn, "sig", "pgstore_0007")
+            assert may(dba_role, new) and may(client, new)
+            downgrade(dsn, "sig", "pgstore_0006")
+            assert may(dba_role, old) and may(client, old)
+        finally:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(dba_role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(dba_role)))

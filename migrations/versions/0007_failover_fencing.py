@@ -18,19 +18,35 @@ Revises: pgstore_0006
 
 from __future__ import annotations
 
-from pgstore._migration import grant_client_role_beside, run_sql_beside
+from pgstore._call import Function
+from pgstore._migration import run_sql_replacing_functions
 
 revision = "pgstore_0007"
 down_revision = "pgstore_0006"
 branch_labels = None
 depends_on = None
 
+#: The three functions whose signature this revision changes (dropped and created again;
+#: whoever could execute one at the revision before may execute it at this one, and back).
+AFTER = (
+    Function("job_renew", ("text", "text", "bigint", "bigint", "bigint")),
+    Function("job_mark_dispatched", ("text", "text", "text", "bigint")),
+    Function("job_release", ("text", "text", "bigint", "bigint")),
+)
+BEFORE = (
+    Function("job_renew", ("text", "text", "bigint", "bigint")),
+    Function("job_mark_dispatched", ("text", "text", "text")),
+    Function("job_release", ("text", "text", "bigint")),
+)
+
 
 def upgrade() -> None:
-    run_sql_beside(__file__, "0007_failover_fencing.up.sql")
-    grant_client_role_beside(__file__, "0007_client_role.sql.template")
+    run_sql_replacing_functions(
+        __file__, "0007_failover_fencing.up.sql", list(zip(BEFORE, AFTER, strict=True))
+    )
 
 
 def downgrade() -> None:
-    run_sql_beside(__file__, "0007_failover_fencing.down.sql")
-    grant_client_role_beside(__file__, "0007_client_role.down.sql.template")
+    run_sql_replacing_functions(
+        __file__, "0007_failover_fencing.down.sql", list(zip(AFTER, BEFORE, strict=True))
+    )
