@@ -16,6 +16,8 @@ from ._schema import identifier_for_params
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
+#: The column names of a call's rows, in order (``cursor.description``).
+Columns = tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +30,12 @@ class Function:
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """A call of ``function`` with ``args``; ``decode`` turns its rows into the answer."""
+    """A call of ``function`` with ``args``; ``decode`` turns its rows (and their column
+    names, which the row mapping goes by) into the answer."""
 
     function: Function
     args: tuple[object, ...]
-    decode: Callable[[Sequence[Row]], T]
+    decode: Callable[[Sequence[Row], Columns], T]
 
 
 @lru_cache(maxsize=256)

@@ -51,6 +51,8 @@ CLIENT_FUNCTIONS: tuple[Function, ...] = (
     jobs.GET,
     jobs.LIST_DISPATCHED,
     jobs.REMOVE,
+    common.STORE_STATS,
+    jobs.LIST,
 )
 
 #: How pgstore before the database-scoped names marked its roles (``<schema>_client``).

@@ -1,12 +1,15 @@
-"""Calls of the helpers every schema has (sql/00_common.sql)."""
+"""Calls of the functions every schema has: the clock, the revision, the gauges."""
 
 from __future__ import annotations
 
 from . import _rows
+from . import _validate as v
 from ._call import Call, Function
+from .models import StoreStats
 
 NOW_MS = Function("now_ms", ())
 SCHEMA_REVISION = Function("schema_revision", ())
+STORE_STATS = Function("store_stats", ("bigint",))
 
 
 def now_ms() -> Call[int]:
@@ -15,3 +18,8 @@ def now_ms() -> Call[int]:
 
 def schema_revision() -> Call[str]:
     return Call(SCHEMA_REVISION, (), _rows.text_value)
+
+
+def store_stats(now: int | None) -> Call[StoreStats]:
+    v.integer("now", now)
+    return Call(STORE_STATS, (now,), _rows.store_stats)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import _rows
 from . import _validate as v
 from ._call import Call, Function
-from .models import CancelResult, Job, MarkResult
+from .models import CancelResult, Job, JobFilter, JobPage, MarkResult
 
 #: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
 CHANNEL = Function("job_channel", ())
@@ -22,6 +22,7 @@ CANCEL = Function("job_cancel", ("text",))
 GET = Function("job_get", ("text",))
 LIST_DISPATCHED = Function("job_list_dispatched", ())
 REMOVE = Function("job_remove", ("text",))
+LIST = Function("job_list", ("text", "bigint", "integer"))
 
 
 def schedule(run_id: str, dispatch_at: int) -> Call[None]:
@@ -86,3 +87,12 @@ def list_dispatched() -> Call[list[Job]]:
 def remove(run_id: str) -> Call[None]:
     v.text("run_id", run_id)
     return Call(REMOVE, (run_id,), _rows.nothing)
+
+
+def list_jobs(filter: JobFilter, now: int | None, limit: int | None) -> Call[JobPage]:
+    v.text("filter", filter)
+    v.integer("now", now)
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    if isinstance(limit, int) and limit <= 0:
+        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+    return Call(LIST, (filter, now, limit), _rows.job_page)

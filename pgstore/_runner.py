@@ -27,7 +27,7 @@ from psycopg_pool.pool import AddConnection, MaintenanceTask
 from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
 from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
-from ._call import Call, statement
+from ._call import Call, Columns, statement
 from ._schema import check_schema
 from .errors import InvalidArgument, ReadOnlyServer, SchemaNotReady
 
@@ -85,6 +85,11 @@ def translated_errors(schema: str) -> Iterator[None]:
             f"schema {schema!r} has no pgstore functions at this revision "
             f"({exc.diag.message_primary}): run `pgstore migrate --dsn DSN --schema {schema}`"
         ) from exc
+
+
+def column_names(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Columns:
+    """The names of the columns of the cursor's last result."""
+    return tuple(column.name for column in cur.description or ())
 
 
 def _pool_conninfo(conninfo: object, kwargs: object) -> str:
@@ -225,7 +230,8 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
         ):
             cur.execute(query, call.args, prepare=self.prepare)
             rows = cur.fetchall()
-        return call.decode(rows)
+            columns = column_names(cur)
+        return call.decode(rows, columns)
 
     def close(self) -> None:
         """Close the pool the store opened for a conninfo; borrowed sources stay open."""
@@ -270,7 +276,8 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
             async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
                 await cur.execute(query, call.args, prepare=self.prepare)
                 rows = await cur.fetchall()
-        return call.decode(rows)
+                columns = column_names(cur)
+        return call.decode(rows, columns)
 
     async def close(self) -> None:
         """Close the pool the store opened for a conninfo; borrowed sources stay open."""

@@ -19,15 +19,15 @@ the table (each job is in exactly one):
   recalled);
 * ``cancelled``: cancelled and never dispatched.
 
-Cost: the jobs come from one ``SELECT`` (one snapshot). The waiting states and
-the oldest due job read only the partial index ``jobs_pending_by_dispatch_at``
-(the jobs still waiting) and their rows; the ``dispatched`` and ``cancelled``
-counts read the whole table (a sequential scan, since no index holds the
-history): about 0.1 s per million jobs (measured on PostgreSQL 15 and 18, warm
-cache, two parallel workers), while the rest stays under a millisecond for a
-thousand waiting jobs. The SQL API has no function counting jobs, so this
-reads ``<schema>.jobs`` directly, as ``pgstore jobs`` does: it needs a role that
-may read the table (the owner), not the client role.
+Cost: the counts come from one call of ``store_stats()`` (one snapshot). The
+waiting states and the oldest due job read only the partial index
+``jobs_pending_by_dispatch_at`` (the jobs still waiting) and their rows; the
+``dispatched`` and ``cancelled`` counts read the whole table (a sequential scan,
+since no index holds the history): about 0.1 s per million jobs (measured on
+PostgreSQL 15 and 18, warm cache, two parallel workers), while the rest stays
+under a millisecond for a thousand waiting jobs. Like every other read, it goes
+through the store's functions: the client role (or any role granted EXECUTE on
+``store_stats``) may run ``pgstore status``; no role needs SELECT on the tables.
 
 A schedule's "unclaimed for" is how long it has been claimable: since the later
 of ``next_run_at`` and the end of an expired lease (a dead holder's record has
@@ -46,13 +46,7 @@ schedule or a job, are cut to fit it (``cli.fitted``, ``cli.clip``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from ._schema import identifier_for_params
 from ._validate import BIGINT_MAX
 from .cli import (
     MIN_CUT,
@@ -65,16 +59,13 @@ from .cli import (
     holder_lease_state,
     iso_utc,
 )
-from .models import ScheduleRecord
+from .models import ScheduleRecord, StoreStats
 from .occurrences import CronSpec
 
 __all__ = [
     "SCHEDULE_COLUMNS",
-    "JobCounts",
-    "job_counts_query",
     "last_run_state",
     "next_run_state",
-    "read_job_counts",
     "schedule_status_table",
     "spec_problem",
     "status_text",
@@ -205,107 +196,27 @@ def _schedule_summary(records: Sequence[ScheduleRecord], now_ms: int) -> str:
 # --- jobs -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobCounts:
-    """How many jobs are in each state at one instant (see the module docstring)."""
-
-    pending: int
-    due: int
-    due_expired_lease: int  # of ``due``: the ones whose lease expired
-    leased: int
-    dispatched: int
-    recalled: int  # of ``dispatched``: the ones cancelled meanwhile
-    cancelled: int
-    oldest_due_run_id: str | None
-    oldest_due_at: int | None
-
-    @property
-    def total(self) -> int:
-        return self.pending + self.due + self.leased + self.dispatched + self.cancelled
-
-
-# The waiting part's WHERE is the partial index's predicate, so it reads only the
-# index's (waiting) jobs; the oldest due job is its first index entry with no live
-# lease, the same walk job_lease makes. The history part is a scan of the table.
-_JOB_COUNTS = """
-SELECT w.pending, w.due, w.due_expired, w.leased,
-       h.dispatched, h.recalled, h.cancelled,
-       o.run_id, o.dispatch_at
-  FROM (SELECT count(*) FILTER (WHERE dispatch_at > {now}
-                                  AND (lease_until IS NULL OR lease_until <= {now}))
-                 AS pending,
-               count(*) FILTER (WHERE dispatch_at <= {now}
-                                  AND (lease_until IS NULL OR lease_until <= {now}))
-                 AS due,
-               count(*) FILTER (WHERE dispatch_at <= {now} AND lease_until <= {now})
-                 AS due_expired,
-               count(*) FILTER (WHERE lease_until > {now}) AS leased
-          FROM {jobs}
-         WHERE NOT dispatched AND NOT cancelled) AS w
- CROSS JOIN
-       (SELECT count(*) FILTER (WHERE dispatched) AS dispatched,
-               count(*) FILTER (WHERE dispatched AND cancelled) AS recalled,
-               count(*) FILTER (WHERE cancelled AND NOT dispatched) AS cancelled
-          FROM {jobs}
-         WHERE dispatched OR cancelled) AS h
-  LEFT JOIN LATERAL
-       (SELECT run_id, dispatch_at
-          FROM {jobs}
-         WHERE NOT dispatched AND NOT cancelled AND dispatch_at <= {now}
-           AND (lease_until IS NULL OR lease_until <= {now})
-         ORDER BY dispatch_at, run_id
-         LIMIT 1) AS o ON true
-"""
-
-
-def job_counts_query(schema: str) -> sql.Composed:
-    """The one ``SELECT`` behind ``read_job_counts`` (parameter ``now``), for EXPLAIN."""
-    jobs = identifier_for_params(schema, "jobs")  # the query has a parameter
-    now = sql.Composed([sql.Placeholder("now"), sql.SQL("::bigint")])
-    return sql.SQL(_JOB_COUNTS).format(jobs=jobs, now=now)
-
-
-def read_job_counts(conn: psycopg.Connection[Any], schema: str, now_ms: int) -> JobCounts:
-    """The job counts of ``schema``.jobs at ``now_ms``, from one statement (one snapshot)."""
-    row = conn.execute(job_counts_query(schema), {"now": now_ms}).fetchone()
-    assert row is not None  # aggregates without GROUP BY always give one row
-    pending, due, due_expired, leased, dispatched, recalled, cancelled = map(int, row[:7])
-    return JobCounts(
-        pending=pending,
-        due=due,
-        due_expired_lease=due_expired,
-        leased=leased,
-        dispatched=dispatched,
-        recalled=recalled,
-        cancelled=cancelled,
-        oldest_due_run_id=row[7],
-        oldest_due_at=row[8],
-    )
-
-
-def _jobs_summary(counts: JobCounts, now_ms: int, width: int | None = None) -> str:
-    expired = (
-        f" ({counts.due_expired_lease} after an expired lease)" if counts.due_expired_lease else ""
-    )
-    recalled = (
-        f" ({counts.recalled} cancelled meanwhile: bot recalled)" if counts.recalled else ""
-    )
+def _jobs_summary(stats: StoreStats, now_ms: int, width: int | None = None) -> str:
+    expired = stats.jobs_due_expired_lease
+    recalled = stats.jobs_recalled
     rows = [
-        ("pending", str(counts.pending), "not due yet"),
-        ("due", str(counts.due), f"leasable now{expired}"),
-        ("leased", str(counts.leased), "live lease, not dispatched"),
-        ("dispatched", str(counts.dispatched), f"sent{recalled}"),
-        ("cancelled", str(counts.cancelled), "never dispatched"),
+        ("pending", str(stats.jobs_pending), "not due yet"),
+        ("due", str(stats.jobs_due),
+         "leasable now" + (f" ({expired} after an expired lease)" if expired else "")),
+        ("leased", str(stats.jobs_leased), "live lease, not dispatched"),
+        ("dispatched", str(stats.jobs_dispatched),
+         "sent" + (f" ({recalled} cancelled meanwhile: bot recalled)" if recalled else "")),
+        ("cancelled", str(stats.jobs_cancelled), "never dispatched"),
     ]
     digits = max(len(n) for _, n, _ in rows)
-    lines = [f"jobs: {counts.total}"]
+    lines = [f"jobs: {stats.jobs}"]
     lines += [f"  {state:<10}  {n:>{digits}}  {what}" for state, n, what in rows]
-    if counts.oldest_due_run_id is None or counts.oldest_due_at is None:
+    if stats.oldest_due_job_id is None or stats.oldest_due_job_at is None:
         lines.append("oldest due job: none")
     else:
-        lag = format_duration(max(0, now_ms - counts.oldest_due_at))
-        after = f", {lag} late (dispatch_at {format_instant(counts.oldest_due_at)})"
-        lines.append(_fit_line("oldest due job: ", counts.oldest_due_run_id, after, width))
+        lag = format_duration(max(0, now_ms - stats.oldest_due_job_at))
+        after = f", {lag} late (dispatch_at {format_instant(stats.oldest_due_job_at)})"
+        lines.append(_fit_line("oldest due job: ", stats.oldest_due_job_id, after, width))
     return "\n".join(lines)
 
 
@@ -313,7 +224,7 @@ def status_text(
     schema: str,
     now_ms: int,
     records: Sequence[ScheduleRecord],
-    counts: JobCounts,
+    stats: StoreStats,
     width: int | None = None,
 ) -> str:
     """The whole ``pgstore status`` output (without the final newline); the values that
@@ -327,5 +238,5 @@ def status_text(
         ]
     else:
         parts.append("schedules: none")
-    parts += ["", _jobs_summary(counts, now_ms, width)]
+    parts += ["", _jobs_summary(stats, now_ms, width)]
     return "\n".join(parts)

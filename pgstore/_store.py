@@ -13,6 +13,7 @@ from ._runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
 from ._schema import DEFAULT_SCHEMA
 from ._startup import migrate, needs_migration
 from .errors import SchemaNotReady
+from .models import StoreStats
 
 _Sync = TypeVar("_Sync", bound="SyncStore")
 _Async = TypeVar("_Async", bound="AsyncStore")
@@ -74,6 +75,11 @@ class SyncStore:
         """The database clock in epoch ms."""
         return self._runner.run(common.now_ms())
 
+    def stats(self, now: int | None = None) -> StoreStats:
+        """The schema's gauges at ``now`` (None: the database clock), from one snapshot:
+        both stores' (``store_stats()``), whichever store asks."""
+        return self._runner.run(common.store_stats(now))
+
 
 class AsyncStore:
     """A store over an asyncio source: conninfo (own pool), ``AsyncConnection`` or
@@ -118,3 +124,7 @@ class AsyncStore:
     async def now_ms(self) -> int:
         """The database clock in epoch ms."""
         return await self._runner.run(common.now_ms())
+
+    async def stats(self, now: int | None = None) -> StoreStats:
+        """See ``SyncStore.stats``."""
+        return await self._runner.run(common.store_stats(now))

@@ -40,9 +40,9 @@ clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
 dispatched jobs. ``--due``: only the jobs a lease
 could take now or once their lease expires: due (``dispatch_at <= now``), not
 dispatched, not cancelled, leased or not (the lease column shows who holds
-one). There is no SQL function listing every job, and ``job_list_dispatched()``
-returns them all, so this operator view reads the ``<schema>.jobs`` table with
-one ``SELECT`` (``read_jobs``) that sends only the rows it prints.
+one). It is one call of ``job_list()``, which sends only the rows it prints and
+how many match in all; like every command, it needs only EXECUTE on the store's
+functions (the client role), never SELECT on its tables.
 
 ``status`` is the on-call view (``pgstore._status``): every schedule's next
 run, last run, lease and how long it has been due and unclaimed, then the
@@ -69,11 +69,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from ._schema import DEFAULT_SCHEMA, identifier_for_params
+from ._schema import DEFAULT_SCHEMA
 from .errors import PgStoreError
-from .models import Job, ScheduleRecord
+from .models import Job, JobFilter, ScheduleRecord
 
 __all__ = [
     "CUT_MARK",
@@ -90,7 +89,6 @@ __all__ = [
     "lease_state",
     "main",
     "output_width",
-    "read_jobs",
     "schedules_table",
 ]
 
@@ -326,39 +324,6 @@ def jobs_table(jobs: Sequence[Job], now_ms: int, width: int | None = None) -> st
     return fitted(JOB_COLUMNS, rows, width)
 
 
-def read_jobs(
-    conn: psycopg.Connection[Any],
-    schema: str,
-    *,
-    due_at: int | None,
-    limit: int | None,
-    dispatched: bool = False,
-) -> tuple[list[Job], int]:
-    """Jobs of ``schema``.jobs by ``dispatch_at``, ``run_id``: the first ``limit`` (None: all),
-    and how many there are in all. ``due_at`` given: only jobs due by then (``dispatch_at <=
-    due_at``), not dispatched and not cancelled, leased or not. ``dispatched``: only
-    dispatched jobs.
-
-    The SQL API has no function listing every job, so this operator view reads the table,
-    with one ``SELECT`` (one snapshot for the rows and the count).
-    """
-    table = identifier_for_params(schema, "jobs")  # the query has parameters
-    if dispatched:
-        where = sql.SQL("dispatched")
-    elif due_at is not None:
-        where = sql.SQL("dispatch_at <= %(due_at)s AND NOT dispatched AND NOT cancelled")
-    else:
-        where = sql.SQL("TRUE")
-    query = sql.SQL(
-        "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched,"
-        " cancelled, (SELECT count(*) FROM {table} WHERE {where})"
-        " FROM {table} WHERE {where} ORDER BY dispatch_at, run_id LIMIT %(limit)s"
-    ).format(table=table, where=where)
-    rows = conn.execute(query, {"due_at": due_at, "limit": limit}).fetchall()
-    total = int(rows[0][7]) if rows else 0
-    return [Job(*row[:7]) for row in rows], total
-
-
 # --- commands ---------------------------------------------------------------
 
 
@@ -485,15 +450,11 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         try:
             store.start()  # SchemaNotReady, saying what to run, when not at head
             now = store.now_ms()
-            jobs, total = read_jobs(
-                conn,
-                args.schema,
-                due_at=now if args.due else None,
-                limit=limit,
-                dispatched=args.dispatched,
-            )
+            selected: JobFilter = "dispatched" if args.dispatched else "due" if args.due else "all"
+            page = store.list_jobs(selected, now, limit)
         finally:
             store.close()
+    jobs, total = page.jobs, page.matching
     print(f"schema {args.schema!r}, database clock {format_instant(now)}")
     if not jobs:
         which = "dispatched " if args.dispatched else "due " if args.due else ""
@@ -506,7 +467,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from ._status import read_job_counts, status_text
+    from ._status import status_text
     from .schedules import PgScheduleStore
 
     conn: psycopg.Connection[Any]
@@ -516,10 +477,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             store.start()  # SchemaNotReady, saying what to run, when not at head
             now = store.now_ms()
             records = store.list()
-            counts = read_job_counts(conn, args.schema, now)
+            stats = store.stats(now)
         finally:
             store.close()
-    print(status_text(args.schema, now, records, counts, output_width()))
+    print(status_text(args.schema, now, records, stats, output_width()))
     return 0
 
 

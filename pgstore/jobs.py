@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import _job_calls as calls
 from ._store import AsyncStore, SyncStore
-from .models import CancelResult, Job, MarkResult
+from .models import CancelResult, Job, JobFilter, JobPage, MarkResult
 
 __all__ = ["AsyncPgJobStore", "PgJobStore"]
 
@@ -73,6 +73,15 @@ class PgJobStore(SyncStore):
         """Every dispatched job, ordered by run_id."""
         return self._runner.run(calls.list_dispatched())
 
+    def list_jobs(
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+    ) -> JobPage:
+        """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
+        ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not) or
+        ``"dispatched"``; and how many match in all. The operator's view
+        (``pgstore jobs``)."""
+        return self._runner.run(calls.list_jobs(filter, now, limit))
+
     def remove(self, run_id: str) -> None:
         """Delete the job (unknown run_id: nothing)."""
         return self._runner.run(calls.remove(run_id))
@@ -115,6 +124,11 @@ class AsyncPgJobStore(AsyncStore):
 
     async def list_dispatched(self) -> list[Job]:
         return await self._runner.run(calls.list_dispatched())
+
+    async def list_jobs(
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+    ) -> JobPage:
+        return await self._runner.run(calls.list_jobs(filter, now, limit))
 
     async def remove(self, run_id: str) -> None:
         return await self._runner.run(calls.remove(run_id))

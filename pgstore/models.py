@@ -112,3 +112,59 @@ class CancelResult(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """One reading of a store's gauges (``store_stats()``), all at the instant ``now``.
+
+    Schedules: how many there are, how many are due and unclaimed (``next_run_at
+    <= now``, no live lease), under a live lease, and one-shots done; the one claimable
+    longest and since when (the later of its ``next_run_at`` and an expired lease's
+    end). Jobs, each in exactly one state: pending (waiting, not due, no live lease),
+    due (waiting, due, no live lease: what a lease would take; ``jobs_due_expired_lease``
+    of them after an expired lease), leased (waiting, live lease), dispatched
+    (``jobs_recalled`` of them cancelled meanwhile), cancelled (never dispatched); and
+    the oldest due job.
+    """
+
+    now: int
+    schedules: int
+    schedules_due: int
+    schedules_leased: int
+    schedules_done: int
+    oldest_due_schedule_id: str | None
+    oldest_due_schedule_since: int | None
+    jobs_pending: int
+    jobs_due: int
+    jobs_due_expired_lease: int
+    jobs_leased: int
+    jobs_dispatched: int
+    jobs_recalled: int
+    jobs_cancelled: int
+    oldest_due_job_id: str | None
+    oldest_due_job_at: int | None
+
+    @property
+    def jobs(self) -> int:
+        """Every job, in whatever state."""
+        return (
+            self.jobs_pending
+            + self.jobs_due
+            + self.jobs_leased
+            + self.jobs_dispatched
+            + self.jobs_cancelled
+        )
+
+
+#: What ``PgJobStore.list_jobs`` selects: every job, the due ones, the dispatched ones.
+JobFilter = Literal["all", "due", "dispatched"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """The first jobs of a listing (by ``dispatch_at``, then ``run_id``), and how many
+    jobs match in all."""
+
+    jobs: list[Job]
+    matching: int

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from pgstore.cli import main
+from pgstore.models import StoreStats
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -53,3 +54,28 @@ def one_error_line(err: str) -> str:
     lines = err.splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+def job_gauges(
+    now: int,
+    *,
+    pending: int = 0,
+    due: int = 0,
+    due_expired_lease: int = 0,
+    leased: int = 0,
+    dispatched: int = 0,
+    recalled: int = 0,
+    cancelled: int = 0,
+    oldest_due_job_id: str | None = None,
+    oldest_due_job_at: int | None = None,
+) -> StoreStats:
+    """``StoreStats`` with these job gauges (the schedule gauges, which status computes
+    from the records, all zero)."""
+    return StoreStats(
+        now=now, schedules=0, schedules_due=0, schedules_leased=0, schedules_done=0,
+        oldest_due_schedule_id=None, oldest_due_schedule_since=None,
+        jobs_pending=pending, jobs_due=due, jobs_due_expired_lease=due_expired_lease,
+        jobs_leased=leased, jobs_dispatched=dispatched, jobs_recalled=recalled,
+        jobs_cancelled=cancelled, oldest_due_job_id=oldest_due_job_id,
+        oldest_due_job_at=oldest_due_job_at,
+    )

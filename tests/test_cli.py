@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgstore import CompletePatch, Dispatcher, PgJobStore, PgScheduleStore, Scheduler
 from pgstore._app import AppError, load_runtime
-from pgstore._status import JobCounts, job_counts_query, read_job_counts, status_text
+from pgstore._status import status_text
 from pgstore.cli import (
     due_state,
     format_duration,
@@ -32,9 +32,10 @@ from pgstore.cli import (
     lease_state,
     main,
 )
-from pgstore.models import Job, ScheduleRecord
+from pgstore.models import Job, ScheduleRecord, StoreStats
+from tests.cli_support import job_gauges
 
-HEAD = "pgstore_0007"
+HEAD = "pgstore_0008"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -580,13 +581,13 @@ def test_status_text_against_the_given_clock() -> None:
             lease_until=now - 15_000,
         ),
     ]
-    counts = JobCounts(
-        pending=2, due=3, due_expired_lease=1, leased=2, dispatched=2, recalled=1, cancelled=2,
-        oldest_due_run_id="d-old", oldest_due_at=now - 300_000,
+    counts = job_gauges(
+        now, pending=2, due=3, due_expired_lease=1, leased=2, dispatched=2, recalled=1,
+        cancelled=2, oldest_due_job_id="d-old", oldest_due_job_at=now - 300_000,
     )
     assert status_text("ops", now, records, counts) == EXPECTED_STATUS
 
-    nothing = JobCounts(0, 0, 0, 0, 0, 0, 0, None, None)
+    nothing = job_gauges(now)
     assert status_text("ops", now, [], nothing).splitlines()[1:] == [
         "",
         "schedules: none",
@@ -631,7 +632,18 @@ def _all_jobs(conn: psycopg.Connection[Any], schema: str) -> list[Job]:
     return [Job(*row) for row in conn.execute(query).fetchall()]
 
 
-def _counts_by_hand(jobs: list[Job], now: int) -> JobCounts:
+def _job_part(stats: StoreStats) -> StoreStats:
+    """``stats`` with only its job gauges (for comparing with ``_counts_by_hand``)."""
+    return job_gauges(
+        stats.now, pending=stats.jobs_pending, due=stats.jobs_due,
+        due_expired_lease=stats.jobs_due_expired_lease, leased=stats.jobs_leased,
+        dispatched=stats.jobs_dispatched, recalled=stats.jobs_recalled,
+        cancelled=stats.jobs_cancelled, oldest_due_job_id=stats.oldest_due_job_id,
+        oldest_due_job_at=stats.oldest_due_job_at,
+    )
+
+
+def _counts_by_hand(jobs: list[Job], now: int) -> StoreStats:
     """The states of the status docstring, job by job, in Python."""
     states: dict[str, list[Job]] = {state: [] for state in JOB_STATES}
     for j in jobs:
@@ -647,7 +659,8 @@ def _counts_by_hand(jobs: list[Job], now: int) -> JobCounts:
         else:
             states["pending"].append(j)
     due = sorted(states["due"], key=lambda j: (j.dispatch_at, j.run_id))
-    return JobCounts(
+    return job_gauges(
+        now,
         pending=len(states["pending"]),
         due=len(due),
         due_expired_lease=sum(1 for j in due if j.lease_until is not None),
@@ -655,8 +668,8 @@ def _counts_by_hand(jobs: list[Job], now: int) -> JobCounts:
         dispatched=len(states["dispatched"]),
         recalled=sum(1 for j in states["dispatched"] if j.cancelled),
         cancelled=len(states["cancelled"]),
-        oldest_due_run_id=due[0].run_id if due else None,
-        oldest_due_at=due[0].dispatch_at if due else None,
+        oldest_due_job_id=due[0].run_id if due else None,
+        oldest_due_job_at=due[0].dispatch_at if due else None,
     )
 
 
@@ -771,7 +784,8 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
         every = _all_jobs(conn, schema)
         edges = {j.dispatch_at for j in every} | {j.lease_until for j in every if j.lease_until}
         for at in sorted({now, *(e + d for e in edges for d in (-1, 0, 1))}):
-            assert read_job_counts(conn, schema, at) == _counts_by_hand(every, at), at
+            stats = PgJobStore(conn, schema=schema).stats(at)
+            assert _job_part(stats) == _counts_by_hand(every, at), at
 
 
 def _iso(ms: int) -> str:
@@ -814,12 +828,24 @@ def test_status_job_counts_read_only_waiting_jobs_from_the_index(
         )
         conn.execute(psycopg.sql.SQL("ANALYZE {}.jobs").format(schema))
         now = 1_000_000 + 5_000
-        explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ")
-        row = conn.execute(explain + job_counts_query(pgstore_schema), {"now": now}).fetchone()
+        # store_stats' one statement, taken from the installed function, with the instant
+        # as a literal (a custom plan), run on the function's pinned search_path.
+        body = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
+            (psycopg.sql.SQL("{}.store_stats(bigint)").format(schema).as_string(conn),),
+        ).fetchone()
+        assert body is not None
+        query = body[0][body[0].index("RETURN QUERY") + len("RETURN QUERY"):body[0].rindex(";")]
+        conn.execute("SELECT set_config('search_path', quote_ident(%s), false)", (pgstore_schema,))
+        row = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + query.replace("v_now", f"{now}::bigint")
+        ).fetchone()
         assert row is not None
         doc = row[0] if isinstance(row[0], list) else json.loads(row[0])
         nodes = _plan_nodes(doc[0]["Plan"])
-        counts = read_job_counts(conn, pgstore_schema, now)
+        stats = PgJobStore(conn, schema=pgstore_schema).stats(now)
+
+    nodes = [n for n in nodes if n.get("Relation Name", "jobs") == "jobs"]  # not schedules
 
     scans = [n for n in nodes if "Relation Name" in n or "Index Name" in n]
     on_index = [n for n in scans if n.get("Index Name") == "jobs_pending_by_dispatch_at"]
@@ -835,9 +861,9 @@ def test_status_job_counts_read_only_waiting_jobs_from_the_index(
     heap = [n for n in others if n["Node Type"] == "Bitmap Heap Scan"]
     for node in on_index + heap:  # never more rows than the waiting jobs
         assert node["Actual Rows"] * node["Actual Loops"] <= waiting, described
-    assert counts.dispatched == 200_000 and counts.recalled == 4_000
-    assert counts.oldest_due_run_id == "wait-1"
-    assert counts.pending + counts.due + counts.leased == waiting
+    assert stats.jobs_dispatched == 200_000 and stats.jobs_recalled == 4_000
+    assert stats.oldest_due_job_id == "wait-1"
+    assert stats.jobs_pending + stats.jobs_due + stats.jobs_leased == waiting
 
 
 def test_status_usage_and_errors(cli: Run, pgstore_fresh_database: Callable[[], str]) -> None:

@@ -18,10 +18,17 @@ from dataclasses import replace
 import pytest
 
 from pgstore import PgJobStore, PgScheduleStore
-from pgstore._status import JobCounts, status_text
+from pgstore._status import status_text
 from pgstore.cli import jobs_table, schedules_table
 from pgstore.models import Job, ScheduleRecord
-from tests.cli_support import Run, clean_environment, in_process, pgstore_argv, process_env
+from tests.cli_support import (
+    Run,
+    clean_environment,
+    in_process,
+    job_gauges,
+    pgstore_argv,
+    process_env,
+)
 
 WIDE = 1024  # the longest id, owner, holder or worker id the store takes
 CUT_MARK = "\u2026"  # pgstore.cli.CUT_MARK
@@ -72,7 +79,9 @@ def test_tables_cut_wide_values_to_the_width() -> None:
     job = Job(wide_id, NOW - 1_000, owner, NOW + 30_000, "worker-" + "w" * (WIDE - 7), True, False)
     cut = jobs_table([job], NOW, 200)
     assert _widest(cut) <= 200 and cut.count(CUT_MARK) == 3
-    counts = JobCounts(0, 1, 0, 0, 1, 0, 0, wide_id, NOW - 1_000)
+    counts = job_gauges(
+        NOW, due=1, dispatched=1, oldest_due_job_id=wide_id, oldest_due_job_at=NOW - 1_000
+    )
     text = status_text("s", NOW, records, counts, 160)
     assert _widest(text) <= 160 and text.count(CUT_MARK) >= 3
     assert wide_id in status_text("s", NOW, records, counts)

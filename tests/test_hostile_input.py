@@ -152,7 +152,7 @@ SQL_FUNCTIONS = [
     "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
     "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
     "job_release", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
-    "now_ms", "schema_revision",
+    "now_ms", "schema_revision", "store_stats", "job_list",
 ]
 
 STATE_SQL = """
@@ -470,6 +470,12 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
 }
 #: Methods that take no per-call value worth drawing (lifecycle).
 LIFECYCLE = {"start", "close", "schema"}
+#: The operator's reads of the PostgreSQL stores (no memory counterpart): tried below.
+OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
+    "stats": [times],
+    "list_jobs": [st.sampled_from(["all", "due", "dispatched"]), times,
+                  st.one_of(st.none(), positives)],
+}
 
 
 @dataclass
@@ -581,10 +587,11 @@ def test_every_public_method_is_covered() -> None:
     def public(cls: type) -> set[str]:
         return {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")} - LIFECYCLE
 
-    for cls in (PgScheduleStore, AsyncPgScheduleStore, MemoryScheduleStore):
-        assert public(cls) == set(SCHEDULE_METHODS), cls
+    for cls in (PgScheduleStore, AsyncPgScheduleStore):
+        assert public(cls) == set(SCHEDULE_METHODS) | {"stats"}, cls
+    assert public(MemoryScheduleStore) == set(SCHEDULE_METHODS)
     for cls in (PgJobStore, AsyncPgJobStore):
-        assert public(cls) == set(JOB_METHODS), cls
+        assert public(cls) == set(JOB_METHODS) | set(OPERATOR_VIEWS), cls
     assert public(MemoryJobStore) == set(JOB_METHODS) | {"forget", "list_all"}
 
 
@@ -606,6 +613,21 @@ def test_job_methods_raise_only_invalid_argument(
 ) -> None:
     args = [data.draw(hostile(s), label=f"arg{i}") for i, s in enumerate(JOB_METHODS[method])]
     _check_method(job_stores, method, args)
+
+
+@pytest.mark.parametrize("method", sorted(OPERATOR_VIEWS))
+@HOSTILE
+@given(data=st.data())
+def test_operator_views_raise_only_invalid_argument_and_change_nothing(
+    db: Database, method: str, data: st.DataObject
+) -> None:
+    args = [data.draw(hostile(s), label=f"arg{i}") for i, s in enumerate(OPERATOR_VIEWS[method])]
+    store = PgJobStore(db.conn, schema=db.schema)
+    before = db.state()
+    INPUTS["python"] += 1
+    outcome = _outcome(lambda: getattr(store, method)(*args))
+    assert db.state() == before
+    STATS["python"][outcome] += 1
 
 
 @HOSTILE

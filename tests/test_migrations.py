@@ -200,8 +200,8 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
         conn.execute("SELECT job_mark_dispatched('sent', 'h', 'bot')")
         before = rows(conn)
 
-    migrate(dsn, "mig7_upgraded")
-    assert current_revision(dsn, "mig7_upgraded") == pgstore.HEAD_REVISION == "pgstore_0007"
+    migrate(dsn, "mig7_upgraded", "pgstore_0007")
+    assert current_revision(dsn, "mig7_upgraded") == "pgstore_0007"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET search_path = mig7_upgraded")
         schedules, fences, jobs = rows(conn)

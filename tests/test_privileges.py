@@ -48,6 +48,8 @@ API_CALLS = [
     "job_cancel('r')",
     "job_get('r')",
     "job_list_dispatched()",
+    "store_stats(NULL)",
+    "job_list('all', NULL, 10)",
     "job_remove('r')",
 ]
 TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]
@@ -303,3 +305,35 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
             "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
     with psycopg.connect(dsn) as admin:
         assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [(True, 60000)]
+
+
+def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Roles]) -> None:
+    """What a DBA grants a monitoring role (USAGE on the schema, EXECUTE on store_stats and
+    job_list) reads the same numbers as the command line, and nothing else."""
+    dsn, roles = shop
+    monitor = roles.login()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"SELECT {SCHEMA}.job_schedule('m-due', 1)")  # type: ignore[arg-type]
+        admin.execute(f"SELECT {SCHEMA}.schedule_register('m', 'interval', '1000', 5, 0)")  # type: ignore[arg-type]
+        ident = sql.Identifier(monitor)
+        admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(SCHEMA), ident))
+        for function in ("store_stats(bigint)", "job_list(text, bigint, integer)"):
+            admin.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.{} TO {}").format(
+                sql.Identifier(SCHEMA), sql.SQL(function), ident))
+    before = _state(dsn)
+    with roles.connect(monitor) as conn:
+        stats = conn.execute(
+            f"SELECT schedules, schedules_due, jobs_due, oldest_due_job_id"  # type: ignore[arg-type]
+            f" FROM {SCHEMA}.store_stats(100)"
+        ).fetchone()
+        assert stats == (1, 1, 1, "m-due")
+        listed = conn.execute(f"SELECT run_id, matching FROM {SCHEMA}.job_list('due', 100, 5)")  # type: ignore[arg-type]
+        assert listed.fetchall() == [("m-due", 1)]
+        for call in ("job_lease('h', 10, 1000)", "schedule_list()", "job_cancel('m-due')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")  # type: ignore[arg-type]
+        for table in TABLES:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
+                    sql.Identifier(SCHEMA), sql.Identifier(table)))
+    assert _state(dsn) == before

@@ -1,0 +1,158 @@
+-- pgstore: what an operator (or a monitoring role) reads.
+--
+-- Read-only functions over both stores, so the command line, a metrics
+-- exporter or a dashboard in any language reads the same numbers through the
+-- same privileges as the API: none of them needs SELECT on the tables. Every
+-- time is judged against one instant (p_now, NULL meaning now_ms()), and each
+-- function is one statement, so its numbers come from one snapshot.
+
+CREATE FUNCTION store_stats(p_now bigint DEFAULT NULL)
+RETURNS TABLE (
+    now                     bigint,
+    schedules               bigint,
+    schedules_due           bigint,
+    schedules_leased        bigint,
+    schedules_done          bigint,
+    oldest_due_schedule_id  text,
+    oldest_due_schedule_since bigint,
+    jobs_pending            bigint,
+    jobs_due                bigint,
+    jobs_due_expired_lease  bigint,
+    jobs_leased             bigint,
+    jobs_dispatched         bigint,
+    jobs_recalled           bigint,
+    jobs_cancelled          bigint,
+    oldest_due_job_id       text,
+    oldest_due_job_at       bigint
+)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- The waiting jobs' WHERE is the partial index's predicate, so that part and
+    -- the oldest due job read only the jobs still waiting (the same walk
+    -- job_lease makes); the history counts scan the table. A schedule is due
+    -- and unclaimed from the later of next_run_at and an expired lease's end.
+    RETURN QUERY
+    SELECT v_now,
+           s.total, s.due, s.leased, s.done, os.id, os.since,
+           w.pending, w.due, w.due_expired, w.leased,
+           h.dispatched, h.recalled, h.cancelled,
+           oj.run_id, oj.dispatch_at
+      FROM (SELECT count(*) AS total,
+                   count(*) FILTER (WHERE sc.next_run_at <= v_now
+                                      AND (sc.lease_until IS NULL OR sc.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE sc.lease_until > v_now) AS leased,
+                   count(*) FILTER (WHERE sc.next_run_at IS NULL) AS done
+              FROM schedules sc) AS s
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatch_at > v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS pending,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND j.lease_until <= v_now)
+                     AS due_expired,
+                   count(*) FILTER (WHERE j.lease_until > v_now) AS leased
+              FROM jobs j
+             WHERE NOT j.dispatched AND NOT j.cancelled) AS w
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatched) AS dispatched,
+                   count(*) FILTER (WHERE j.dispatched AND j.cancelled) AS recalled,
+                   count(*) FILTER (WHERE j.cancelled AND NOT j.dispatched) AS cancelled
+              FROM jobs j
+             WHERE j.dispatched OR j.cancelled) AS h
+      LEFT JOIN LATERAL
+           (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
+              FROM schedules sc
+             WHERE sc.next_run_at <= v_now
+               AND (sc.lease_until IS NULL OR sc.lease_until <= v_now)
+             ORDER BY greatest(sc.next_run_at, sc.lease_until), sc.id
+             LIMIT 1) AS os ON true
+      LEFT JOIN LATERAL
+           (SELECT j.run_id, j.dispatch_at
+              FROM jobs j
+             WHERE NOT j.dispatched AND NOT j.cancelled AND j.dispatch_at <= v_now
+               AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+             ORDER BY j.dispatch_at, j.run_id
+             LIMIT 1) AS oj ON true;
+END
+$$;
+
+COMMENT ON FUNCTION store_stats(bigint) IS
+'One row of gauges at p_now (NULL: now_ms()), from one snapshot. Schedules: how many, '
+'how many due and unclaimed (next_run_at <= now, no live lease), under a live lease, '
+'one-shots done (tombstones), and the one claimable longest (its id, and since when: the '
+'later of next_run_at and an expired lease''s end). Jobs, each in exactly one state: '
+'pending (waiting, not due, no live lease), due (waiting, due, no live lease: what '
+'job_lease would take; jobs_due_expired_lease of them after an expired lease), leased '
+'(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
+'cancelled (never dispatched); and the oldest due job (its run_id and dispatch_at). '
+'The waiting counts read the pending index; the history counts and the schedules scan '
+'their tables (about 0.1 s a million rows).';
+
+CREATE FUNCTION job_list(p_filter text, p_now bigint, p_limit integer)
+RETURNS TABLE (
+    run_id       text,
+    dispatch_at  bigint,
+    lease_holder text,
+    lease_until  bigint,
+    worker_id    text,
+    dispatched   boolean,
+    cancelled    boolean,
+    lease_sequence bigint,
+    matching     bigint
+)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    PERFORM check_one_of('filter', p_filter, ARRAY['all', 'due', 'dispatched']);
+    IF p_limit IS NOT NULL THEN
+        PERFORM check_positive('limit', p_limit);
+    END IF;
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- One static statement per filter, so each gets its own plan ('due' walks the
+    -- pending index). count(*) OVER () counts every matching job before the LIMIT.
+    IF p_filter = 'due' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+          FROM jobs j
+         WHERE NOT j.dispatched AND NOT j.cancelled AND j.dispatch_at <= v_now
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSIF p_filter = 'dispatched' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+          FROM jobs j
+         WHERE j.dispatched
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSE
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+          FROM jobs j
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION job_list(text, bigint, integer) IS
+'Jobs by dispatch_at, then run_id: the first p_limit (NULL: all) of those p_filter '
+'selects, each row carrying how many match in all (matching). p_filter: ''all''; '
+'''due'' (waiting and due at p_now, NULL meaning now_ms(), leased or not); '
+'''dispatched''. The operator''s view of the table (pgstore jobs); 22023 for another '
+'filter or a p_limit that is not positive.';
