@@ -17,12 +17,13 @@ venv: $(BIN)/.installed
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## ruff, mypy --strict, and plpgsql_check on every PL/pgSQL function (needs a server with
+## ruff, mypy --strict, the import layer rules (lint-imports), and plpgsql_check on every PL/pgSQL function (needs a server with
 ## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).
 lint: venv
-	$(BIN)/ruff check pgstore tests migrations tools
+	$(BIN)/ruff check pgstore tests migrations examples
 	$(BIN)/mypy
-	$(BIN)/python tools/plpgsql_check.py
+	$(BIN)/lint-imports
+	$(BIN)/python tests/plpgsql_check.py
 
 ## The main job: 3 schedulers and 3 dispatchers in their own processes, one frozen and one
 ## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.

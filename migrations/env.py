@@ -15,15 +15,15 @@ from alembic import context
 from psycopg import sql
 from sqlalchemy import create_engine, pool
 
-from pgstore import _schema
-from pgstore._history import check_offline
-from pgstore._migration import (
+from pgstore.schema import objects as _schema
+from pgstore.schema.alembic_steps import (
     client_role,
     client_role_adopt,
     offline_identifier,
     target_schema,
 )
-from pgstore.schema_migrations import VERSION_TABLE
+from pgstore.schema.history import check_offline
+from pgstore.schema.migrations import VERSION_TABLE
 
 config = context.config
 schema = target_schema()

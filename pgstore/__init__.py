@@ -6,31 +6,37 @@ psycopg 3 wrapper over them, plus in-memory reference stores.
 
 from __future__ import annotations
 
-from ._resources import versions_dir
-from ._schema import DEFAULT_SCHEMA, HEAD_REVISION
-from .dispatcher import Backoff, Dispatcher
-from .errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
-from .jobs import AsyncPgJobStore, PgJobStore
-from .memory_jobs import MemoryJobStore
-from .memory_schedules import MemoryScheduleStore
-from .models import (
+from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
+from pgstore.memory.jobs import MemoryJobStore
+from pgstore.memory.schedules import MemoryScheduleStore
+from pgstore.models import (
     CancelResult,
     ClaimResult,
     CompletePatch,
     Job,
+    JobFilter,
+    JobPage,
     LastStatus,
     MarkResult,
     ScheduleKind,
     ScheduleRecord,
+    StoreStats,
 )
-from .scheduler import RunContext, Scheduler
-from .schedules import AsyncPgScheduleStore, PgScheduleStore
+from pgstore.postgres.jobs import AsyncPgJobStore, PgJobStore
+from pgstore.postgres.schedules import AsyncPgScheduleStore, PgScheduleStore
+from pgstore.protocols import AsyncJobStore, AsyncScheduleStore, JobStore, ScheduleStore
+from pgstore.runtime.dispatcher import Backoff, Dispatcher
+from pgstore.runtime.scheduler import RunContext, Scheduler
+from pgstore.schema.files import versions_dir
+from pgstore.schema.objects import DEFAULT_SCHEMA, HEAD_REVISION
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "HEAD_REVISION",
+    "AsyncJobStore",
     "AsyncPgJobStore",
     "AsyncPgScheduleStore",
+    "AsyncScheduleStore",
     "Backoff",
     "CancelResult",
     "ClaimResult",
@@ -38,6 +44,9 @@ __all__ = [
     "Dispatcher",
     "InvalidArgument",
     "Job",
+    "JobFilter",
+    "JobPage",
+    "JobStore",
     "LastStatus",
     "MarkResult",
     "MemoryJobStore",
@@ -49,8 +58,10 @@ __all__ = [
     "RunContext",
     "ScheduleKind",
     "ScheduleRecord",
+    "ScheduleStore",
     "Scheduler",
     "SchemaNotReady",
+    "StoreStats",
     "migrate",
     "versions_dir",
 ]
@@ -64,6 +75,6 @@ def migrate(
     client_role_adopt: bool = False,
 ) -> None:
     """Upgrade ``schema`` on ``conninfo`` to ``revision``; see ``schema_migrations.migrate``."""
-    from .schema_migrations import migrate as upgrade
+    from pgstore.schema.migrations import migrate as upgrade
 
     upgrade(conninfo, schema, revision, client_role, client_role_adopt)

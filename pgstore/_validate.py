@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from .errors import InvalidArgument
+from pgstore.errors import InvalidArgument
 
 BIGINT_MIN = -(2**63)
 BIGINT_MAX = 2**63 - 1

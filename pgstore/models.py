@@ -1,4 +1,4 @@
-"""The records the stores read and write (SPEC §3, §7)."""
+"""The records the stores read and write (docs/contract.md and docs/python.md)."""
 
 from __future__ import annotations
 

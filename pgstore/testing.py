@@ -36,8 +36,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import _client_role, _schema
-from ._resources import current_schema_sql
+from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.schema import client_role as _client_role
+from pgstore.schema import objects as _schema
+from pgstore.schema.files import current_schema_sql
 
 __all__ = [
     "PgBouncer",
@@ -180,7 +182,7 @@ def install_schema(
         _schema.load(conn, _schema.check_schema(schema), current_schema_sql())
         if client_role is not None:
             _client_role.grant(
-                conn, schema, client_role, _client_role.CLIENT_FUNCTIONS, client_role_adopt
+                conn, schema, client_role, CLIENT_FUNCTIONS, client_role_adopt
             )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pgstore.cli import main
+from pgstore.cli.commands import main
 from pgstore.models import StoreStats
 
 Run = Callable[..., tuple[int, str, str]]

@@ -21,9 +21,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from pgstore import CompletePatch, Dispatcher, PgJobStore, PgScheduleStore, Scheduler
-from pgstore._app import AppError, load_runtime
-from pgstore._status import status_text
-from pgstore.cli import (
+from pgstore.cli.app import AppError, load_runtime
+from pgstore.cli.commands import (
     due_state,
     format_duration,
     format_instant,
@@ -32,6 +31,7 @@ from pgstore.cli import (
     lease_state,
     main,
 )
+from pgstore.cli.status import status_text
 from pgstore.models import Job, ScheduleRecord, StoreStats
 from tests.cli_support import job_gauges
 
@@ -118,7 +118,7 @@ def test_lease_state_against_the_given_clock() -> None:
     assert lease_state(_record(), now) == "free"
     held = _record(lease_owner="w1", lease_until=now + 29_001)
     assert lease_state(held, now) == "held by w1 until 2023-11-14T22:13:49.001Z (in 30s)"
-    # lease_until == now is no longer live: a claim at now succeeds (SPEC §4).
+    # lease_until == now is no longer live: a claim at now succeeds (docs/contract.md).
     assert lease_state(_record(lease_owner="w1", lease_until=now), now) == "expired (w1)"
     assert lease_state(_record(lease_owner="w1", lease_until=now - 1), now) == "expired (w1)"
 
@@ -358,7 +358,7 @@ def test_job_cells_against_the_given_clock() -> None:
     assert job_lease_state(_job(), now) == "-"
     live = _job(lease_holder="h1", lease_until=now + 29_001)
     assert job_lease_state(live, now) == "live: h1 until 2023-11-14T22:13:49.001Z (in 30s)"
-    # lease_until == now is expired: job_lease takes it at now (SPEC §5).
+    # lease_until == now is expired: job_lease takes it at now (docs/contract.md).
     at_now = _job(lease_holder="h1", lease_until=now)
     assert job_lease_state(at_now, now) == "expired: h1 until 2023-11-14T22:13:20.000Z (0ms ago)"
     old = _job(lease_holder="h\n1", lease_until=now - 61_000)

@@ -20,8 +20,8 @@ import pytest
 
 import pgstore
 from pgstore import PgJobStore, PgScheduleStore
-from pgstore._resources import migrations_dir
-from pgstore.schema_migrations import current_revision, migrate
+from pgstore.schema.files import migrations_dir
+from pgstore.schema.migrations import current_revision, migrate
 from tests.cli_support import (
     Run,
     clean_environment,
@@ -193,7 +193,7 @@ def test_downgrade_help_names_the_revisions_that_drop_data(cli: Run) -> None:
 
 
 def test_the_revisions_that_drop_data_are_the_ones_whose_downgrade_drops_tables() -> None:
-    from pgstore._downgrade import DATA_REVISIONS
+    from pgstore.cli.downgrade import DATA_REVISIONS
 
     versions = migrations_dir() / "versions"
     dropping: dict[str, tuple[str, ...]] = {}

@@ -20,8 +20,8 @@ from alembic.config import Config
 
 import pgstore
 from pgstore import PgScheduleStore
-from pgstore._resources import migrations_dir
-from pgstore.schema_migrations import current_revision, migrate
+from pgstore.schema.files import migrations_dir
+from pgstore.schema.migrations import current_revision, migrate
 from tests.catalog import catalog
 from tests.cli_support import Run, clean_environment, in_process, one_error_line, process_env
 

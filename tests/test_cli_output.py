@@ -18,8 +18,8 @@ from dataclasses import replace
 import pytest
 
 from pgstore import PgJobStore, PgScheduleStore
-from pgstore._status import status_text
-from pgstore.cli import jobs_table, schedules_table
+from pgstore.cli.commands import jobs_table, schedules_table
+from pgstore.cli.status import status_text
 from pgstore.models import Job, ScheduleRecord
 from tests.cli_support import (
     Run,
@@ -62,7 +62,7 @@ def _widest(text: str) -> int:
 
 
 def test_tables_cut_wide_values_to_the_width() -> None:
-    from pgstore.cli import CUT_MARK as mark
+    from pgstore.cli.commands import CUT_MARK as mark
 
     assert mark == CUT_MARK
     wide_id, owner = "id-" + "i" * (WIDE - 3), "owner-" + "o" * (WIDE - 6)
@@ -174,7 +174,7 @@ def test_commands_on_a_terminal_cut_to_its_width(pgstore_database: str, pgstore_
     ],
 )
 def test_spec_problem_names_what_does_not_parse(kind: str, spec: str, reason: str | None) -> None:
-    from pgstore._status import spec_problem
+    from pgstore.cli.status import spec_problem
 
     record = replace(_record("r", None, spec), kind=kind)
     problem = spec_problem(record)
@@ -182,7 +182,7 @@ def test_spec_problem_names_what_does_not_parse(kind: str, spec: str, reason: st
 
 
 def test_spec_problem_accepts_what_the_scheduler_writes() -> None:
-    from pgstore._status import spec_problem
+    from pgstore.cli.status import spec_problem
 
     for kind, spec in [
         ("cron", "*/5 * * * *"), ("cron", "TZ=Europe/Berlin 30 2 * * *"), ("cron", "@daily"),

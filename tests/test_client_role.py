@@ -26,9 +26,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgstore
+import pgstore.schema.files
 from pgstore import InvalidArgument
-from pgstore.cli import main as cli_main
-from pgstore.schema_migrations import current_revision, downgrade, migrate
+from pgstore.cli.commands import main as cli_main
+from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.schema.migrations import current_revision, downgrade, migrate
 from pgstore.testing import install_schema
 from tests.catalog import INLINED_HELPERS
 
@@ -114,7 +116,7 @@ def test_the_client_function_list_is_the_schemas_api(pgstore_database: str) -> N
     """One list in Python says what the client role may execute: every SECURITY DEFINER
     function of the schema, with the same identity arguments; every other function of
     the schema is a known internal helper (``now_ms``, the clock, is granted too)."""
-    from pgstore._client_role import CLIENT_FUNCTIONS
+    from pgstore.postgres.grants import CLIENT_FUNCTIONS
 
     schema = f"list_{uuid.uuid4().hex[:8]}"
     install_schema(pgstore_database, schema)
@@ -182,7 +184,7 @@ def test_a_login_role_is_not_adopted_unless_told(
     assert cli_main(["migrate", "--dsn", dsn, "--schema", "adopt_cli", "--client-role", login,
                      "--adopt-client-role"]) == 0
     cfg = Config()
-    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.set_main_option("script_location", str(pgstore.schema.files.migrations_dir()))
     cfg.cmd_opts = type("Opts", (), {"x": [  # type: ignore[assignment]
         "schema=adopt_x", f"client_role={login}", "adopt_client_role=true", f"dsn={dsn}"]})()
     command.upgrade(cfg, "head")
@@ -232,7 +234,7 @@ def test_a_client_role_made_by_an_older_pgstore_is_found_for_a_downgrade(
     pgstore_fresh_database: Callable[[], str],
 ) -> None:
     """Older pgstore named it ``<schema>_client`` and marked it with the schema only."""
-    from pgstore import _client_role
+    from pgstore.schema import client_role as _client_role
 
     dsn = pgstore_fresh_database()
     legacy = f"old_{uuid.uuid4().hex[:6]}"
@@ -242,7 +244,7 @@ def test_a_client_role_made_by_an_older_pgstore_is_found_for_a_downgrade(
         conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
         conn.execute(sql.SQL("COMMENT ON ROLE {} IS {}").format(
             sql.Identifier(role), sql.Literal(_client_role.LEGACY_COMMENT.format(legacy))))
-        for statement in _client_role.grant_statements(legacy, role, _client_role.CLIENT_FUNCTIONS):
+        for statement in _client_role.grant_statements(legacy, role, CLIENT_FUNCTIONS):
             conn.execute(statement)
     downgrade(dsn, legacy)
     assert _role_row(dsn, role) is None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pgstore import CancelResult, InvalidArgument, Job, MemoryJobStore
-from pgstore.dispatcher import Backoff, Dispatcher
+from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from tests.clock import FakeClock
 
 

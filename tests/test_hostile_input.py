@@ -469,7 +469,7 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "now_ms": [],
 }
 #: Methods that take no per-call value worth drawing (lifecycle).
-LIFECYCLE = {"start", "close", "schema"}
+LIFECYCLE = {"start", "close", "schema", "conninfo"}
 #: The operator's reads of the PostgreSQL stores (no memory counterpart): tried below.
 OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
     "stats": [times],

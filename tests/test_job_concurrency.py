@@ -1,4 +1,4 @@
-"""SPEC §5 under real concurrency: parallel connections racing the job functions.
+"""The job rules (docs/contract.md) under real concurrency: parallel connections racing the job functions.
 
 What it proves, against a real server:
 

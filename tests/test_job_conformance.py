@@ -1,4 +1,4 @@
-"""SPEC §5 and §6 for every job store: memory, PostgreSQL sync and asyncio.
+"""The job rules and the bad-input rules of docs/contract.md for every job store: memory, PostgreSQL sync and asyncio.
 
 Every call passes an explicit ``now`` except where the database clock is the
 point, so the rules about expiry (``lease_until <= now`` is expired) are
@@ -443,7 +443,7 @@ def test_now_none_uses_the_store_clock(jobs: JobStoreUnderTest) -> None:
     assert s.renew("past", "h1", None, 120_000) is True
 
 
-# --- bad input (SPEC §6) -------------------------------------------------------------------
+# --- bad input (docs/contract.md) -------------------------------------------------------------------
 
 BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("schedule", "run_id", ("", 1)),

@@ -1,4 +1,4 @@
-"""The job lease stays cheap however much history the jobs table holds (SPEC §8).
+"""The job lease stays cheap however much history the jobs table holds (docs/performance.md).
 
 The table is filled with 100,000 dispatched jobs, 5,000 jobs cancelled before
 dispatch and a handful of pending ones, then analysed. The lease statement is

@@ -1,4 +1,4 @@
-"""SPEC §5 and §6 as a state machine: PgJobStore against MemoryJobStore, side by side.
+"""The job rules and the bad-input rules of docs/contract.md as a state machine: PgJobStore against MemoryJobStore, side by side.
 
 Hypothesis draws random sequences of every job operation (schedule, lease,
 renew, mark_dispatched, release, cancel, get, list_dispatched, remove) with
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slow
 # "A" < "a" < "ab" < "b" < "c" in code-point order: lease ties on dispatch_at and
 # list_dispatched() must follow it in both stores.
 RUN_IDS = st.sampled_from(["a", "b", "c", "A", "ab"])
-# Exactly 1024 characters is a valid holder (SPEC §6), drawn now and then; 1025 is not
+# Exactly 1024 characters is a valid holder (docs/contract.md), drawn now and then; 1025 is not
 # (see bad_input).
 LONG_HOLDER = "h" * 1024
 HOLDERS = st.sampled_from(["h1", "h2", "h3", "h1", "h2", LONG_HOLDER])

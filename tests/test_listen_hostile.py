@@ -22,9 +22,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-import pgstore._listen
 from pgstore import Job, PgJobStore
-from pgstore.dispatcher import Dispatcher
+from pgstore.postgres import listen as _listen
+from pgstore.runtime.dispatcher import Dispatcher
 
 BIGINT_MAX = 2**63 - 1
 
@@ -221,7 +221,7 @@ def test_a_real_job_is_woken_for_during_a_hostile_flood(
 ) -> None:
     # A listener that fell over would come back only after a minute, and the poll
     # is a minute too: within WAIT only a wake-up can reach the job.
-    monkeypatch.setattr(pgstore._listen, "RECONNECT_PAUSE", 60.0)
+    monkeypatch.setattr(_listen, "RECONNECT_PAUSE", 60.0)
     channel = f"{pgstore_schema}.jobs"
     pid = running.start(pgstore_database, channel)
 
@@ -307,7 +307,7 @@ def test_a_payload_the_client_encoding_cannot_hold_does_not_end_the_session(
 
 
 def test_the_payload_parser_accepts_only_a_bigint_in_decimal() -> None:
-    from pgstore._listen import parse_dispatch_at
+    from pgstore.postgres.listen import parse_dispatch_at
 
     for payload in HOSTILE:
         assert parse_dispatch_at(payload) is None, repr(payload)
@@ -318,7 +318,7 @@ def test_the_payload_parser_accepts_only_a_bigint_in_decimal() -> None:
 
 
 def test_wakeups_coalesce_and_keep_one_timer_for_the_earliest_time() -> None:
-    from pgstore._listen import Wakeups
+    from pgstore.postgres.listen import Wakeups
 
     async def main() -> None:
         woken: list[float] = []
@@ -346,7 +346,7 @@ def test_wakeups_coalesce_and_keep_one_timer_for_the_earliest_time() -> None:
         await asyncio.sleep(0.05)
         assert len(woken) == 2
         assert wakeups._future[0] == now_ms[0] + 200
-        assert len(wakeups._future) <= pgstore._listen.MAX_FUTURE
+        assert len(wakeups._future) <= _listen.MAX_FUTURE
         assert wakeups._timer is not None and wakeups._timer not in timers
         now_ms[0] += 200  # the earliest one falls due before its timer (0.2 s) fires
         await asyncio.sleep(0.4)
@@ -359,7 +359,7 @@ def test_wakeups_coalesce_and_keep_one_timer_for_the_earliest_time() -> None:
 
 
 def test_wakeups_are_rate_limited_after_a_burst() -> None:
-    from pgstore._listen import WAKE_BURST, WAKE_EVERY, Wakeups
+    from pgstore.postgres.listen import WAKE_BURST, WAKE_EVERY, Wakeups
 
     async def main() -> None:
         woken: list[float] = []

@@ -16,9 +16,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 import pgstore
+import pgstore.schema.files
 from pgstore import PgJobStore, PgScheduleStore, SchemaNotReady
-from pgstore._resources import current_schema_sql
-from pgstore.schema_migrations import alembic_config, current_revision, downgrade, migrate
+from pgstore.schema.files import current_schema_sql
+from pgstore.schema.migrations import alembic_config, current_revision, downgrade, migrate
 from pgstore.testing import install_schema
 from tests.catalog import catalog
 
@@ -238,7 +239,7 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()
-    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.set_main_option("script_location", str(pgstore.schema.files.migrations_dir()))
     cfg.cmd_opts = type("Opts", (), {"x": ["schema=from_x", f"dsn={dsn}"]})()  # as `-x` does
     command.upgrade(cfg, "head")
     assert current_revision(dsn, "from_x") == pgstore.HEAD_REVISION

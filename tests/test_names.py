@@ -34,6 +34,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 import pgstore
+import pgstore.schema.files
 from pgstore import (
     AsyncPgJobStore,
     AsyncPgScheduleStore,
@@ -42,10 +43,11 @@ from pgstore import (
     PgJobStore,
     PgScheduleStore,
 )
-from pgstore.cli import main as cli_main
-from pgstore.dispatcher import Dispatcher
-from pgstore.scheduler import Scheduler
-from pgstore.schema_migrations import current_revision, downgrade, migrate
+from pgstore.cli.commands import main as cli_main
+from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.runtime.dispatcher import Dispatcher
+from pgstore.runtime.scheduler import Scheduler
+from pgstore.schema.migrations import current_revision, downgrade, migrate
 from pgstore.testing import TestServer, fresh_database, install_schema
 from tests.clock import FakeClock
 from tests.wakeup import wake_up_latency
@@ -265,8 +267,9 @@ def test_a_newline_in_a_name_runs_nothing(db: Db, template: str) -> None:
 def test_the_composed_grants_hold_without_the_control_character_check(db: Db) -> None:
     """The root fix: every grant is one statement with quoted identifiers, so even names
     that ``check_name`` would refuse (newlines) cannot end a comment and run SQL."""
-    from pgstore import _client_role, _schema
-    from pgstore._resources import current_schema_sql
+    from pgstore.schema import client_role as _client_role
+    from pgstore.schema import objects as _schema
+    from pgstore.schema.files import current_schema_sql
 
     schema = f"g\n; DROP TABLE public.victim; -- /* $$ '{uuid.uuid4().hex[:6]}"
     role = f"r\nALTER ROLE {db.app} SUPERUSER;--\"{uuid.uuid4().hex[:6]}"
@@ -277,9 +280,9 @@ def test_the_composed_grants_hold_without_the_control_character_check(db: Db) ->
                 _schema.load(conn, schema, current_schema_sql())
                 conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
                 statements = _client_role.grant_statements(
-                    schema, role, _client_role.CLIENT_FUNCTIONS
+                    schema, role, CLIENT_FUNCTIONS
                 )
-                assert len(statements) == 1 + len(_client_role.CLIENT_FUNCTIONS)
+                assert len(statements) == 1 + len(CLIENT_FUNCTIONS)
                 for statement in statements:
                     conn.execute(statement)
                 row = conn.execute(
@@ -288,7 +291,7 @@ def test_the_composed_grants_hold_without_the_control_character_check(db: Db) ->
                     "                                          WHERE nspname = %s)",
                     (role, schema),
                 ).fetchone()
-                assert row == (len(_client_role.CLIENT_FUNCTIONS),)
+                assert row == (len(CLIENT_FUNCTIONS),)
                 assert conn.execute(
                     "SELECT rolsuper FROM pg_roles WHERE rolname = %s", (db.app,)
                 ).fetchone() == (False,)
@@ -412,7 +415,7 @@ def test_cli(db: Db, schema: str, role: str, capsys: pytest.CaptureFixture[str])
 
 def _alembic_ini(db: Db) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.set_main_option("script_location", str(pgstore.schema.files.migrations_dir()))
     return cfg
 
 
@@ -427,7 +430,7 @@ def test_alembic_command_line(
     db: Db, schema: str, role: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     ini = tmp_path_factory.mktemp("alembic") / "alembic.ini"
-    ini.write_text(f"[alembic]\nscript_location = {pgstore._resources.migrations_dir()}\n")
+    ini.write_text(f"[alembic]\nscript_location = {pgstore.schema.files.migrations_dir()}\n")
     before = db.snapshot()
     with _cleaned(db, schema, role):
         x = ["-x", f"schema={schema}", "-x", f"client_role={role}", "-x", f"dsn={db.dsn}"]
@@ -505,7 +508,7 @@ def test_offline_sql_for_a_hostile_schema_runs_as_written(db: Db, schema: str) -
     function bodies' ``%`` as they are, and builds the store when run."""
     out = io.StringIO()
     cfg = Config(output_buffer=out)
-    cfg.set_main_option("script_location", str(pgstore._resources.migrations_dir()))
+    cfg.set_main_option("script_location", str(pgstore.schema.files.migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", "postgresql+psycopg://")
     _with_x(cfg, [f"schema={schema}", "client_role=off"])
     command.upgrade(cfg, "head", sql=True)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgstore import InvalidArgument
-from pgstore.occurrences import CronSpec, cron_spec, next_cron, next_interval
+from pgstore.runtime.occurrences import CronSpec, cron_spec, next_cron, next_interval
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MINUTE = 60_000

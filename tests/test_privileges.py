@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgstore.schema_migrations import downgrade, migrate
+from pgstore.schema.migrations import downgrade, migrate
 from tests.catalog import INLINED_HELPERS
 
 SCHEMA = "shop"

@@ -31,8 +31,8 @@ from pgstore import (
     PgScheduleStore,
     SchemaNotReady,
 )
-from pgstore.dispatcher import Dispatcher
-from pgstore.scheduler import RunContext, Scheduler
+from pgstore.runtime.dispatcher import Dispatcher
+from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.proxy import TcpProxy, tcp_proxy
 
 pytestmark = pytest.mark.slow

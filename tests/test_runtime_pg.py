@@ -14,15 +14,9 @@ from typing import Any
 
 import pytest
 
-from pgstore import (
-    AsyncPgJobStore,
-    AsyncPgScheduleStore,
-    Job,
-    PgJobStore,
-    PgScheduleStore,
-)
-from pgstore.dispatcher import Dispatcher
-from pgstore.scheduler import RunContext, Scheduler
+from pgstore import AsyncPgJobStore, AsyncPgScheduleStore, Job, PgJobStore, PgScheduleStore
+from pgstore.runtime.dispatcher import Dispatcher
+from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.clock import FakeClock
 from tests.wakeup import wake_up_latency
 

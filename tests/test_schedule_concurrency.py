@@ -1,4 +1,4 @@
-"""SPEC §4 under real concurrency: parallel connections racing the claim functions.
+"""The schedule rules (docs/contract.md) under real concurrency: parallel connections racing the claim functions.
 
 Every worker owns its own autocommit psycopg connection (wrapped in a
 ``PgScheduleStore``); a ``threading.Barrier`` releases them together so the

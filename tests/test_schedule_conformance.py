@@ -1,4 +1,4 @@
-"""SPEC §4 and §6 for every schedule store: memory, PostgreSQL sync and asyncio."""
+"""The schedule rules and the bad-input rules of docs/contract.md for every schedule store: memory, PostgreSQL sync and asyncio."""
 
 from __future__ import annotations
 
@@ -299,7 +299,7 @@ def test_now_none_uses_the_store_clock(schedules: StoreUnderTest) -> None:
     assert clock <= claim.record.lease_until <= clock + 120_000
 
 
-# --- SPEC §6: bad input is rejected with 22023 naming the parameter, and changes nothing.
+# --- Bad input is rejected with 22023 naming the parameter, and changes nothing.
 
 LONG = "x" * 1025
 OK_1024 = "y" * 1024

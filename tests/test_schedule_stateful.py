@@ -1,4 +1,4 @@
-"""SPEC §4 as a state machine: PgScheduleStore against MemoryScheduleStore, side by side.
+"""The schedule rules (docs/contract.md) as a state machine: PgScheduleStore against MemoryScheduleStore, side by side.
 
 Hypothesis draws random sequences of every schedule operation, with explicit
 ``now`` values from a clock that mostly moves forward, small id and owner

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pgstore import InvalidArgument, MemoryScheduleStore
-from pgstore.scheduler import RunContext, Scheduler
+from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.clock import FakeClock, utc_ms
 
 

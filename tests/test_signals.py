@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from pgstore import MemoryJobStore, PgJobStore, PgScheduleStore
-from pgstore.dispatcher import Dispatcher
+from pgstore.runtime.dispatcher import Dispatcher
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 30.0

@@ -189,7 +189,7 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
     ],
 )
 def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, fn: str) -> None:
-    from pgstore._resources import sql_dir
+    from pgstore.schema.files import sql_dir
 
     text = (sql_dir() / file).read_text()
     body = text.split(f"CREATE FUNCTION {fn}(")[1].split("$$")[1]
@@ -197,7 +197,7 @@ def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, 
     updates = code.count("UPDATE ") - code.count("FOR UPDATE")
     assert updates == 1 and code.count("RETURNING") == 1, fn
     assert "advisory" not in code and "BEGIN;" not in code, fn
-    # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (SPEC §5);
+    # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (docs/contract.md);
     # the schedule functions lock nothing but the row they update.
     assert code.count("FOR UPDATE") == (1 if fn == "job_lease" else 0), fn
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from pgstore import PgJobStore
-from pgstore.dispatcher import Dispatcher
+from pgstore.runtime.dispatcher import Dispatcher
 
 
 def wake_up_latency(dispatcher: Dispatcher, producer: PgJobStore, got: threading.Event) -> float:

@@ -9,7 +9,7 @@ Revises:
 
 from __future__ import annotations
 
-from pgstore._migration import drop_schema_if_empty, run_sql_beside
+from pgstore.schema.alembic_steps import drop_schema_if_empty, run_sql_beside
 
 revision = "pgstore_0001"
 down_revision = None

@@ -9,7 +9,7 @@ Revises: pgstore_0001
 
 from __future__ import annotations
 
-from pgstore._migration import run_sql_beside
+from pgstore.schema.alembic_steps import run_sql_beside
 
 revision = "pgstore_0002"
 down_revision = "pgstore_0001"

@@ -16,8 +16,8 @@ Revises: pgstore_0002
 
 from __future__ import annotations
 
-from pgstore._call import Function
-from pgstore._migration import grant_client_role, revoke_client_role, run_sql_beside
+from pgstore.schema.alembic_steps import grant_client_role, revoke_client_role, run_sql_beside
+from pgstore.schema.function import Function
 
 revision = "pgstore_0003"
 down_revision = "pgstore_0002"

@@ -18,8 +18,8 @@ Revises: pgstore_0006
 
 from __future__ import annotations
 
-from pgstore._call import Function
-from pgstore._migration import run_sql_replacing_functions
+from pgstore.schema.alembic_steps import run_sql_replacing_functions
+from pgstore.schema.function import Function
 
 revision = "pgstore_0007"
 down_revision = "pgstore_0006"

@@ -33,7 +33,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ._common import SECTIONS, Settings, connect, embedded_server, machine_facts, server_facts
+from pgstore.bench._common import (
+    SECTIONS,
+    Settings,
+    connect,
+    embedded_server,
+    machine_facts,
+    server_facts,
+)
 
 __all__ = ["main", "run"]
 
@@ -58,7 +65,7 @@ def _sections(text: str) -> tuple[str, ...]:
 
 
 def _systems(text: str) -> tuple[str, ...]:
-    from ._peers import SYSTEMS
+    from pgstore.bench._peers import SYSTEMS
 
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     unknown = [n for n in names if n not in SYSTEMS]
@@ -80,8 +87,8 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m pgstore.bench",
         description="Benchmark pgstore against the durable-write floor and its peers.")
     p.add_argument("--dsn", help="server to measure (default: $PGSTORE_DSN, else embedded)")
-    p.add_argument("--out", type=Path, default=Path("bench"),
-                   help="directory for results.json, results.md, chart.png (default: bench)")
+    p.add_argument("--out", type=Path, default=Path("docs/bench"),
+                   help="directory for results.json, results.md, chart.png (default: docs/bench)")
     p.add_argument("--only", type=_sections, default=SECTIONS,
                    help=f"comma-separated sections (default: all: {','.join(SECTIONS)})")
     p.add_argument("--quick", action="store_true",
@@ -126,11 +133,11 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
 
 
 def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
-    from ._hot import run_hot
-    from ._ops import run_floors, run_naive, run_ops
-    from ._peers import run_peers
-    from ._scale import run_scale
-    from ._wakeup import run_wakeup
+    from pgstore.bench._hot import run_hot
+    from pgstore.bench._ops import run_floors, run_naive, run_ops
+    from pgstore.bench._peers import run_peers
+    from pgstore.bench._scale import run_scale
+    from pgstore.bench._wakeup import run_wakeup
 
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
             "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup}
@@ -140,7 +147,7 @@ def write(doc: dict[str, Any], out: Path, chart: bool = True,
           log: Callable[[str], None] = print) -> None:
     """Write results.json, results.md and (if ``chart``) chart.png of ``doc`` into ``out``,
     and log the table."""
-    from . import _report
+    from pgstore.bench import _report
 
     meta, results = doc["meta"], doc["results"]
     out.mkdir(parents=True, exist_ok=True)
@@ -158,7 +165,7 @@ def write(doc: dict[str, Any], out: Path, chart: bool = True,
 
 def run(cfg: Settings) -> dict[str, Any]:
     """Run the chosen sections on ``cfg.dsn``; write and return the results document."""
-    from . import _report
+    from pgstore.bench import _report
 
     started = time.monotonic()
     with connect(cfg.dsn) as conn:
@@ -199,7 +206,7 @@ def run(cfg: Settings) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.replot is not None:
-        from . import _report
+        from pgstore.bench import _report
 
         doc = json.loads(args.replot.read_text())
         nproc = int(doc["meta"]["machine"]["nproc"] or 1)

@@ -2,6 +2,6 @@
 
 import sys
 
-from . import main
+from pgstore.bench import main
 
 sys.exit(main())

@@ -19,9 +19,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .._embedded import local_server
-from .._resources import current_schema_sql
-from .._schema import load
+from pgstore._embedded import local_server
+from pgstore.schema.files import current_schema_sql
+from pgstore.schema.objects import load
 
 #: Every schema a benchmark creates starts with this.
 PREFIX = "pgstore_bench_"

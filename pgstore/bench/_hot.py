@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._common import (
+from pgstore.bench._common import (
     Conn,
     Settings,
     connect,

@@ -30,11 +30,19 @@ from typing import Any
 
 import psycopg
 
-from ..jobs import AsyncPgJobStore, PgJobStore
-from ..models import CompletePatch
-from ..schedules import AsyncPgScheduleStore, PgScheduleStore
-from ._common import Conn, Settings, Timer, connect, fresh_store_schema, ident, schema_name
-from ._common import summary as summarize
+from pgstore.bench._common import (
+    Conn,
+    Settings,
+    Timer,
+    connect,
+    fresh_store_schema,
+    ident,
+    schema_name,
+)
+from pgstore.bench._common import summary as summarize
+from pgstore.models import CompletePatch
+from pgstore.postgres.jobs import AsyncPgJobStore, PgJobStore
+from pgstore.postgres.schedules import AsyncPgScheduleStore, PgScheduleStore
 
 #: The virtual clock of the ops schema: every claim moves it past the last lease.
 LEASE_MS = 500

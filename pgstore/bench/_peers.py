@@ -46,8 +46,15 @@ from typing import Any
 
 import psycopg
 
-from ._common import Conn, Settings, connect, fresh_store_schema, ident, schema_name
-from ._common import summary as summarize
+from pgstore.bench._common import (
+    Conn,
+    Settings,
+    connect,
+    fresh_store_schema,
+    ident,
+    schema_name,
+)
+from pgstore.bench._common import summary as summarize
 
 SYSTEMS = ("pgstore", "pgstore_prepared", "pgstore_sql", "procrastinate", "pgqueuer")
 #: The systems that run pgstore's own schema.
@@ -76,7 +83,7 @@ def peers_available() -> dict[str, str | None]:
 
 
 def _loop_pgstore(conn: Conn, schema: str, me: str, prepare: bool = False) -> tuple[list[Any], int]:
-    from ..jobs import PgJobStore
+    from pgstore.postgres.jobs import PgJobStore
 
     store = PgJobStore(conn, schema=schema, prepare=prepare)
     got: list[Any] = []

@@ -6,8 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from ._common import spread_pct
-from ._ops import MODES
+from pgstore.bench._common import spread_pct
+from pgstore.bench._ops import MODES
 
 SINGLE_ROW_OPS = ("claim_due", "renew", "complete", "register_unchanged", "job_lease",
                   "job_renew", "job_mark_dispatched", "job_cancel")
@@ -23,7 +23,7 @@ def _target(name: str, measured: Any, op: str, bound: float, why: str = "") -> d
 
 
 def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
-    """Every target of the issue that this run measured, measured ratio against bound."""
+    """Every target this run measured, measured ratio against bound."""
     out: list[dict[str, Any]] = []
     ops = results.get("ops")
     if ops:

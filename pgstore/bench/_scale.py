@@ -23,8 +23,16 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ._common import Conn, Settings, Timer, connect, fresh_store_schema, ident, schema_name
-from ._common import summary as summarize
+from pgstore.bench._common import (
+    Conn,
+    Settings,
+    Timer,
+    connect,
+    fresh_store_schema,
+    ident,
+    schema_name,
+)
+from pgstore.bench._common import summary as summarize
 
 NOW = 10**13
 LEASE_MS = 500

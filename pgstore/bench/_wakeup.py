@@ -19,12 +19,20 @@ import threading
 import time
 from typing import Any
 
-from ..dispatcher import Dispatcher
-from ..jobs import AsyncPgJobStore, PgJobStore
-from ..models import Job
-from ._common import Conn, Settings, Timer, connect, fresh_store_schema, ident, schema_name
-from ._common import summary as summarize
-from ._ops import floor_batch, make_floor_table
+from pgstore.bench._common import (
+    Conn,
+    Settings,
+    Timer,
+    connect,
+    fresh_store_schema,
+    ident,
+    schema_name,
+)
+from pgstore.bench._common import summary as summarize
+from pgstore.bench._ops import floor_batch, make_floor_table
+from pgstore.models import Job
+from pgstore.postgres.jobs import AsyncPgJobStore, PgJobStore
+from pgstore.runtime.dispatcher import Dispatcher
 
 FAR = 9 * 10**15
 

@@ -1,0 +1,183 @@
+"""``pgstore run MODULE:OBJECT``: find the app's Scheduler or Dispatcher, log, and run it.
+
+``MODULE`` is imported with the current directory first on ``sys.path`` (as
+``python -m`` does); ``OBJECT`` is an attribute path in it (``scheduler``,
+``app.dispatcher``). It must be a ``pgstore.Scheduler`` or ``pgstore.Dispatcher``,
+or a zero-argument callable returning one (a factory, called once). Anything
+else is an ``AppError`` whose message is one line.
+
+The runtime runs until SIGTERM or SIGINT (``Runtime.run(handle_signals=True)``,
+what ``run_sync()`` does): it stops claiming, gives running work its grace
+period, and abandons the rest (their leases expire). Then the runtime's store
+is closed (only a pool the store opened itself; borrowed connections and pools
+stay open) in the same event loop, which an asyncio store's pool needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pgstore.errors import PgStoreError
+from pgstore.runtime.dispatcher import Dispatcher
+from pgstore.runtime.scheduler import Scheduler
+
+__all__ = ["LOG_FORMAT", "AppError", "load_runtime", "logging_to_stderr", "serve"]
+
+#: One line per event: ``2024-05-01T12:00:00.123Z INFO pgstore.scheduler: message``.
+LOG_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+WANTED = "a pgstore.Scheduler or pgstore.Dispatcher (or a zero-argument callable returning one)"
+
+log = logging.getLogger("pgstore.run")
+
+AppRuntime = Scheduler | Dispatcher
+
+
+class AppError(PgStoreError):
+    """``MODULE:OBJECT`` does not name a runtime; the message says why, on one line."""
+
+
+def _dotted(text: str) -> bool:
+    return text != "" and all(part.isidentifier() for part in text.split("."))
+
+
+def _where(exc: BaseException) -> str:
+    """`` (file.py:12)``: the innermost frame of the app's own code that raised."""
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")
+    ]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f" ({os.path.basename(frame.filename)}:{frame.lineno})"
+
+
+def _a(obj: object) -> str:
+    name = type(obj).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def _raised(exc: BaseException) -> str:
+    message = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {message}{_where(exc)}" if message else f"{name}{_where(exc)}"
+
+
+def _import(module_name: str) -> Any:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing == module_name or module_name.startswith(missing + "."):
+            raise AppError(f"no module named {missing!r} (searched {cwd} and sys.path)") from exc
+        raise AppError(f"importing {module_name!r} raised {_raised(exc)}") from exc
+    except Exception as exc:
+        raise AppError(f"importing {module_name!r} raised {_raised(exc)}") from exc
+
+
+def load_runtime(target: str) -> AppRuntime:
+    """The ``Scheduler`` or ``Dispatcher`` that ``MODULE:OBJECT`` names (see the module
+    docstring); ``AppError`` otherwise. Importing the module runs its code."""
+    module_name, colon, path = target.partition(":")
+    if not colon or not _dotted(module_name) or not _dotted(path):
+        raise AppError(
+            f"{target!r} is not MODULE:OBJECT (dotted names, e.g. myapp.tasks:scheduler)"
+        )
+    obj = _import(module_name)
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppError(
+                f"module {module_name!r} has no attribute {'.'.join(parts[: i + 1])!r}"
+            ) from None
+        except Exception as exc:
+            raise AppError(f"reading {target!r} raised {_raised(exc)}") from exc
+    if isinstance(obj, (Scheduler, Dispatcher)):
+        return obj
+    if not callable(obj):
+        raise AppError(f"{target} is {_a(obj)}, not {WANTED}")
+    try:
+        inspect.signature(obj).bind()
+    except TypeError:
+        raise AppError(f"{target} needs arguments; expected {WANTED}") from None
+    except ValueError:
+        pass  # no signature to read (some builtins): just call it
+    try:
+        made = obj()
+    except Exception as exc:
+        raise AppError(f"{target}() raised {_raised(exc)}") from exc
+    if isinstance(made, (Scheduler, Dispatcher)):
+        return made
+    if inspect.iscoroutine(made):
+        made.close()  # never awaited: say so here, not in a RuntimeWarning at exit
+    raise AppError(f"{target}() returned {_a(made)}, not {WANTED}")
+
+
+@contextmanager
+def logging_to_stderr(level: str) -> Iterator[None]:
+    """Log every logger at ``level`` and above to stderr, one line per event, with a UTC
+    timestamp (``LOG_FORMAT``); tracebacks follow their line. Undone on exit."""
+    formatter = logging.Formatter(LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
+    formatter.converter = time.gmtime
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    saved = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved)
+
+
+def _describe(runtime: AppRuntime) -> str:
+    if isinstance(runtime, Scheduler):
+        tasks = ", ".join(sorted(runtime.tasks)) or "none"
+        return f"scheduler {runtime.owner} (tasks: {tasks})"
+    return f"dispatcher {runtime.holder}"
+
+
+async def _close(store: object) -> None:
+    close = getattr(store, "close", None)
+    if close is None:
+        return
+    if inspect.iscoroutinefunction(close):
+        await close()
+    else:
+        await asyncio.to_thread(close)
+
+
+async def _run_then_close(runtime: AppRuntime) -> None:
+    try:
+        await runtime.run(handle_signals=threading.current_thread() is threading.main_thread())
+    finally:
+        await _close(runtime.store)
+
+
+def serve(runtime: AppRuntime, target: str) -> None:
+    """Run ``runtime`` until SIGTERM / SIGINT, then close its store."""
+    log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime), target)
+    asyncio.run(_run_then_close(runtime))
+    if runtime.abandoned:
+        log.warning("stopped; work that outlived the grace period was abandoned")
+    else:
+        log.info("stopped")

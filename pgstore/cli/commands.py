@@ -1,0 +1,526 @@
+"""The ``pgstore`` command: migrate a store's schema and look inside it.
+
+::
+
+    pgstore --version
+    pgstore migrate   [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
+                      [--adopt-client-role]
+    pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
+                      [--yes]
+    pgstore current   [--dsn DSN] [--schema NAME]
+    pgstore schedules [--dsn DSN] [--schema NAME]
+    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
+    pgstore status    [--dsn DSN] [--schema NAME]
+    pgstore run       MODULE:OBJECT [--log-level LEVEL]
+
+The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
+the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
+``PGSTORE_SCHEMA``, else ``pgstore``. Failures print one line on stderr,
+``pgstore: error: ...``, and exit with status 1; a schema that is missing or
+not at the migration head is such a failure, saying what to run.
+
+``downgrade`` below ``pgstore_0002`` drops the jobs table, and to ``base``
+(below ``pgstore_0001``) the schedules too and the whole store
+(``pgstore.cli.downgrade``): it first names the tables and their row counts, and
+goes ahead only when the operator types the schema's name on a terminal, or
+with ``--yes``; otherwise it exits with status 2 and changes nothing. A schema
+whose store was migrated through a host app's alembic history (no pgstore
+version table in it, ``pgstore.schema.history``) is reported by ``current`` from its
+own ``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
+
+The tables cut ids, owners, holders and worker ids (``…`` marks the cut) to fit
+the width: ``COLUMNS`` when set, else the terminal's when stdout is one; a pipe
+or a file gets every value whole.
+
+``schedules`` and ``jobs`` print a table; instants are epoch ms with their
+ISO-8601 UTC form, and leases and due times are judged against the database
+clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
+``dispatch_at`` then ``run_id``, at most ``--limit`` of them (default 100,
+``0``: all; a cut list ends with ``... N more``). ``--dispatched``: only
+dispatched jobs. ``--due``: only the jobs a lease
+could take now or once their lease expires: due (``dispatch_at <= now``), not
+dispatched, not cancelled, leased or not (the lease column shows who holds
+one). It is one call of ``job_list()``, which sends only the rows it prints and
+how many match in all; like every command, it needs only EXECUTE on the store's
+functions (the client role), never SELECT on its tables.
+
+``status`` is the on-call view (``pgstore.cli.status``): every schedule's next
+run, last run, lease and how long it has been due and unclaimed, then the
+number of jobs per state (pending, due, leased, dispatched, cancelled) and the
+oldest due job's lag. Its dispatched and cancelled counts scan the jobs table.
+
+``run MODULE:OBJECT`` (``pgstore.cli.app``) imports ``MODULE`` (the current
+directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
+``pgstore.Dispatcher`` ``OBJECT`` (a dotted attribute path; or a zero-argument
+callable returning one) until SIGTERM or SIGINT, logging each event on one line
+to stderr. The object carries its store, so ``run`` takes no ``--dsn``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import sys
+from typing import Any
+
+import psycopg
+
+from pgstore.cli.format import (
+    CUT_MARK,
+    MIN_CUT,
+    clip,
+    due_state,
+    fitted,
+    format_duration,
+    format_instant,
+    holder_lease_state,
+    job_lease_state,
+    jobs_table,
+    lease_state,
+    schedules_table,
+)
+from pgstore.errors import PgStoreError
+from pgstore.models import JobFilter
+from pgstore.schema.objects import DEFAULT_SCHEMA
+
+__all__ = [
+    "CUT_MARK",
+    "DEFAULT_JOB_LIMIT",
+    "MIN_CUT",
+    "clip",
+    "due_state",
+    "fitted",
+    "format_duration",
+    "format_instant",
+    "holder_lease_state",
+    "job_lease_state",
+    "jobs_table",
+    "lease_state",
+    "main",
+    "output_width",
+    "schedules_table",
+]
+
+PROG = "pgstore"
+DSN_VARIABLE = "PGSTORE_DSN"
+SCHEMA_VARIABLE = "PGSTORE_SCHEMA"
+NOT_MIGRATED = "none (not migrated)"
+#: How many jobs ``pgstore jobs`` shows unless ``--limit`` says otherwise.
+DEFAULT_JOB_LIMIT = 100
+#: ``pgstore run --log-level`` choices.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+# --- commands ---------------------------------------------------------------
+
+
+def _revision_text(revision: str | None) -> str:
+    return NOT_MIGRATED if revision is None else revision
+
+
+def output_width() -> int | None:
+    """The width tables are cut to fit: ``COLUMNS`` when it is a positive integer, else the
+    terminal's when stdout is one; None (every value whole) for a pipe or a file."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _refuse_foreign(conninfo: str, schema: str, command: str) -> None:
+    """``ForeignHistory`` when another alembic history (a host app's) manages ``schema``."""
+    from pgstore.schema.history import foreign_revision, managed_elsewhere
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        revision = foreign_revision(conn, schema)
+    if revision is not None:
+        raise managed_elsewhere(schema, revision, command)
+
+
+def _client_role(text: str) -> bool | str:
+    lowered = text.lower()  # unstripped: " " is a role name, and strip() eats controls
+    if lowered in ("on", "true", "yes", "1"):
+        return True
+    if lowered in ("off", "false", "no", "0", "none"):
+        return False
+    return text
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from pgstore.schema.migrations import current_revision, migrate
+
+    _refuse_foreign(args.dsn, args.schema, "migrate")
+    migrate(args.dsn, args.schema, args.revision, args.client_role, args.adopt_client_role)
+    revision = current_revision(args.dsn, args.schema)
+    print(f"schema {args.schema!r} is at {_revision_text(revision)}")
+    return 0
+
+
+def _cmd_downgrade(args: argparse.Namespace) -> int:
+    from pgstore.cli.downgrade import (
+        NotConfirmed,
+        confirm,
+        dropped_tables,
+        loss_text,
+        revisions_undone,
+    )
+    from pgstore.schema.migrations import current_revision, downgrade
+
+    _refuse_foreign(args.dsn, args.schema, "downgrade")
+    current = current_revision(args.dsn, args.schema)
+    undone = revisions_undone(current, args.revision)
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        dropped = dropped_tables(conn, args.schema, undone)
+    if dropped and not args.yes:
+        assert current is not None  # something to undo
+        loss = loss_text(args.schema, current, args.revision, dropped)
+        if not sys.stdin.isatty():
+            raise NotConfirmed(
+                f"{loss}; stdin is not a terminal, so pass --yes to go ahead (nothing changed)"
+            )
+        confirm(loss, args.schema, sys.stdin, sys.stderr)
+    downgrade(args.dsn, args.schema, args.revision, args.client_role)
+    revision = current_revision(args.dsn, args.schema)
+    print(f"schema {args.schema!r} is at {_revision_text(revision)}")
+    return 0
+
+
+def _cmd_current(args: argparse.Namespace) -> int:
+    from pgstore.schema.history import foreign_revision
+    from pgstore.schema.migrations import current_revision
+
+    revision = current_revision(args.dsn, args.schema)
+    if revision is None:
+        conn: psycopg.Connection[Any]
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            foreign = foreign_revision(conn, args.schema)
+        if foreign is not None:
+            print(
+                f"{foreign} (from the schema's schema_revision(); managed by another alembic "
+                "history, e.g. a host app's: migrate it through that history)"
+            )
+            return 0
+    print(_revision_text(revision))
+    return 0
+
+
+def _cmd_schedules(args: argparse.Namespace) -> int:
+    from pgstore.postgres.schedules import PgScheduleStore
+
+    # One connection of our own (not the store's pool, which would retry a
+    # bad DSN for its whole timeout before failing).
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgScheduleStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            records = store.list()
+            now = store.now_ms()
+        finally:
+            store.close()
+    print(f"schema {args.schema!r}, database clock {format_instant(now)}")
+    if not records:
+        print("no schedules")
+        return 0
+    print(schedules_table(records, now, output_width()))
+    return 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from pgstore.postgres.jobs import PgJobStore
+
+    limit: int | None = args.limit or None  # 0: no limit
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgJobStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            now = store.now_ms()
+            selected: JobFilter = "dispatched" if args.dispatched else "due" if args.due else "all"
+            page = store.list_jobs(selected, now, limit)
+        finally:
+            store.close()
+    jobs, total = page.jobs, page.matching
+    print(f"schema {args.schema!r}, database clock {format_instant(now)}")
+    if not jobs:
+        which = "dispatched " if args.dispatched else "due " if args.due else ""
+        print(f"no {which}jobs")
+        return 0
+    print(jobs_table(jobs, now, output_width()))
+    if total > len(jobs):
+        print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from pgstore.cli.status import status_text
+    from pgstore.postgres.schedules import PgScheduleStore
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgScheduleStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            now = store.now_ms()
+            records = store.list()
+            stats = store.stats(now)
+        finally:
+            store.close()
+    print(status_text(args.schema, now, records, stats, output_width()))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pgstore.cli.app import load_runtime, logging_to_stderr, serve
+
+    with logging_to_stderr(args.log_level):
+        runtime = load_runtime(args.target)
+        serve(runtime, args.target)
+    return 0
+
+
+# --- parsing and errors -----------------------------------------------------
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a count of jobs (0 or more): {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (defaults read from the environment now)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--dsn",
+        default=os.environ.get(DSN_VARIABLE, ""),
+        help=f"libpq conninfo or URI (default: ${DSN_VARIABLE}, else libpq's PG* variables)",
+    )
+    common.add_argument(
+        "--schema",
+        default=os.environ.get(SCHEMA_VARIABLE) or DEFAULT_SCHEMA,
+        help=f"the store's schema (default: ${SCHEMA_VARIABLE}, else {DEFAULT_SCHEMA!r})",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="pgstore: a PostgreSQL lease store's schema and records."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {_version()}", help="print the version"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    migrate = commands.add_parser(
+        "migrate", parents=[common], help="upgrade the schema (to head by default)"
+    )
+    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    migrate.add_argument(
+        "--client-role",
+        type=_client_role,
+        default=True,
+        metavar="NAME|on|off",
+        help="the NOLOGIN role granted the store's functions: on (default: "
+        "<schema>_client_<database>), a role name, or off (grant nothing)",
+    )
+    migrate.add_argument(
+        "--adopt-client-role",
+        action="store_true",
+        help="use the client role even if it already exists and can log in, or pgstore did "
+        "not create it for this schema in this database (a role shared on purpose)",
+    )
+    migrate.set_defaults(run=_cmd_migrate)
+
+    downgrade = commands.add_parser(
+        "downgrade",
+        parents=[common],
+        help="downgrade the schema; to base (the default) drops the store and its data",
+        description=(
+            "Downgrade the schema to --revision. Two revisions hold data: going below "
+            "pgstore_0002 (to pgstore_0001) drops the jobs table, and going below pgstore_0001 "
+            "(to base, the default) also drops the schedules and schedule_fences tables and "
+            "the store. Such a downgrade first says which tables it drops and how many rows "
+            "they hold; on a terminal it asks you to type the schema name, otherwise it "
+            "needs --yes (without it: exit status 2, nothing changed). The other revisions "
+            "change functions and grants only."
+        ),
+    )
+    downgrade.add_argument("--revision", default="base", help="target revision (default: base)")
+    downgrade.add_argument(
+        "--yes",
+        action="store_true",
+        help="go ahead without asking, even when the downgrade drops tables and their data",
+    )
+    downgrade.add_argument(
+        "--client-role",
+        type=_client_role,
+        default=True,
+        metavar="NAME|on|off",
+        help="the client role migrate granted (its grants are revoked; dropped if pgstore "
+        "created it)",
+    )
+    downgrade.set_defaults(run=_cmd_downgrade)
+
+    current = commands.add_parser(
+        "current", parents=[common], help="print the schema's migration revision"
+    )
+    current.set_defaults(run=_cmd_current)
+
+    schedules = commands.add_parser(
+        "schedules", parents=[common], help="list the schedule records and their leases"
+    )
+    schedules.set_defaults(run=_cmd_schedules)
+
+    jobs = commands.add_parser(
+        "jobs",
+        parents=[common],
+        help="list the jobs and their leases, by dispatch_at",
+        description=(
+            "List the jobs of the schema's job store, ordered by dispatch_at then run_id: "
+            "run_id, dispatch_at (epoch ms and ISO UTC), how overdue or how far ahead, "
+            "the lease (holder, until, live or expired), dispatched, cancelled, worker_id. "
+            "Times are judged against the database clock. Without a filter: every job."
+        ),
+    )
+    only = jobs.add_mutually_exclusive_group()
+    only.add_argument(
+        "--dispatched", action="store_true", help="only dispatched jobs"
+    )
+    only.add_argument(
+        "--due",
+        action="store_true",
+        help=(
+            "only jobs waiting to be leased or sent: due (dispatch_at <= now), "
+            "not dispatched, not cancelled, whether leased or not"
+        ),
+    )
+    jobs.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_JOB_LIMIT,
+        metavar="N",
+        help=(
+            f"show at most N jobs, the earliest first (default: {DEFAULT_JOB_LIMIT}; 0: all); "
+            "a cut list ends with '... M more'"
+        ),
+    )
+    jobs.set_defaults(run=_cmd_jobs)
+
+    status = commands.add_parser(
+        "status",
+        parents=[common],
+        help="the on-call view: schedules due, leased and late; jobs per state",
+        description=(
+            "Per schedule: next run (relative and ISO UTC), last status and how long ago "
+            "it ran, fencing token, lease (holder, live or expired, until), and how long it "
+            "has been due and unclaimed. Then the jobs per state: pending (not due yet), "
+            "due (leasable now), leased (live lease, not dispatched), dispatched, cancelled "
+            "(never dispatched), and the oldest due job's lag. Times are judged against the "
+            "database clock. Cost: the waiting states read only the pending-jobs index; "
+            "the dispatched and cancelled counts scan the jobs table (about 0.1 s per "
+            "million jobs)."
+        ),
+    )
+    status.set_defaults(run=_cmd_status)
+
+    run = commands.add_parser(
+        "run",
+        help="run an app's Scheduler or Dispatcher until SIGTERM or SIGINT",
+        description=(
+            "Import MODULE (the current directory first on sys.path, as python -m does) "
+            "and run OBJECT, a dotted attribute path naming a pgstore.Scheduler or "
+            "pgstore.Dispatcher, or a zero-argument callable (a factory) returning one. "
+            "SIGTERM or SIGINT stops claiming; running work gets the runtime's grace "
+            "period, then the store is closed and the exit status is 0. Claims, runs, "
+            "completions, leases, dispatches, recalls, releases and lost leases are logged "
+            "to stderr, one line each with a UTC timestamp. The object carries its store: "
+            "no --dsn or --schema here."
+        ),
+    )
+    run.add_argument("target", metavar="MODULE:OBJECT", help="e.g. myapp.tasks:scheduler")
+    run.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="the least severe level logged (default: INFO)",
+    )
+    run.set_defaults(run=_cmd_run)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of a failure, for ``pgstore: error: ...``."""
+    try:
+        from sqlalchemy.exc import DBAPIError
+    except ImportError:  # pragma: no cover - sqlalchemy comes with alembic
+        pass
+    else:
+        if isinstance(exc, DBAPIError) and exc.orig is not None:
+            exc = exc.orig  # the driver's own error, without SQLAlchemy's decoration
+    message = _one_line(str(exc))
+    if isinstance(exc, OSError) and exc.filename is not None and not message:
+        message = str(exc.filename)
+    return message or type(exc).__name__
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [psycopg.Error, PgStoreError, OSError]
+    try:
+        from alembic.util.exc import CommandError
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        errors += [CommandError, SQLAlchemyError]
+    return tuple(errors)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pgstore")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error (already printed)
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    from pgstore.cli.downgrade import NotConfirmed
+
+    try:
+        status: int = args.run(args)
+    except NotConfirmed as exc:
+        print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    except _expected_errors() as exc:
+        print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

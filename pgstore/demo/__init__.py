@@ -1,0 +1,1 @@
+"""``make demo`` (not shipped in the wheel)."""

@@ -1,0 +1,1 @@
+"""The in-memory reference stores: the contract, in plain Python."""

@@ -1,0 +1,179 @@
+"""The in-process reference job store (docs/contract.md): nothing survives the process.
+
+It is the model the PostgreSQL job stores are tested against, so it states the
+contract in plain Python: same answers, same state, same bad-input rules.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+from pgstore import _validate as v
+from pgstore.errors import InvalidArgument
+from pgstore.memory.schedules import wall_clock_ms
+from pgstore.models import CancelResult, Job, MarkResult
+
+__all__ = ["MemoryJobStore"]
+
+
+def _check_sequence(lease_sequence: object) -> None:
+    """None (no fence) or a positive integer, as SQL's check_sequence says."""
+    v.integer("lease_sequence", lease_sequence)
+    if isinstance(lease_sequence, int) and lease_sequence <= 0:
+        raise InvalidArgument("lease_sequence must be a positive integer or null")
+
+
+def _same_lease(job: Job, lease_sequence: int | None) -> bool:
+    """No fence, or the job's current lease is the one numbered ``lease_sequence``."""
+    return lease_sequence is None or job.lease_sequence == lease_sequence
+
+
+class MemoryJobStore:
+    """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Nothing to set up."""
+
+    def schedule(self, run_id: str, dispatch_at: int) -> None:
+        v.name("run_id", run_id)
+        v.present_int("dispatch_at", dispatch_at)
+        with self._lock:
+            current = self._jobs.get(run_id)
+            if current is None:
+                self._jobs[run_id] = Job(
+                    run_id=run_id, dispatch_at=dispatch_at, lease_holder=None,
+                    lease_until=None, worker_id=None, dispatched=False, cancelled=False,
+                )
+            else:
+                self._jobs[run_id] = replace(current, dispatch_at=dispatch_at)
+
+    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        v.name("holder", holder)
+        v.integer("now", now)
+        v.positive("ttl_ms", ttl_ms)
+        at = wall_clock_ms() if now is None else now
+        until = v.add(at, ttl_ms)
+        with self._lock:
+            leasable = [
+                job for job in self._jobs.values()
+                if not job.dispatched and not job.cancelled and job.dispatch_at <= at
+                and (job.lease_until is None or job.lease_until <= at)
+            ]
+            if not leasable:
+                return None
+            first = min(leasable, key=lambda job: (job.dispatch_at, job.run_id))
+            leased = replace(
+                first, lease_holder=holder, lease_until=until,
+                lease_sequence=first.lease_sequence + 1,
+            )
+            self._jobs[first.run_id] = leased
+            return leased
+
+    def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        v.name("run_id", run_id)
+        v.name("holder", holder)
+        v.integer("now", now)
+        v.positive("ttl_ms", ttl_ms)
+        _check_sequence(lease_sequence)
+        at = wall_clock_ms() if now is None else now
+        until = v.add(at, ttl_ms)
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if (
+                job is None
+                or job.lease_holder != holder
+                or job.lease_until is None
+                or job.lease_until <= at
+                or not _same_lease(job, lease_sequence)
+            ):
+                return False
+            self._jobs[run_id] = replace(job, lease_until=until)
+            return True
+
+    def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        v.name("run_id", run_id)
+        v.name("holder", holder)
+        v.text("worker_id", worker_id)
+        if worker_id is not None and len(worker_id) > v.NAME_MAX_CHARS:
+            raise InvalidArgument("worker_id must be a string of at most 1024 characters")
+        _check_sequence(lease_sequence)
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if job is None:
+                return MarkResult(cancelled=False, recorded=False)
+            if job.lease_holder != holder or not _same_lease(job, lease_sequence):
+                return MarkResult(cancelled=job.cancelled, recorded=False)
+            self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
+            return MarkResult(cancelled=job.cancelled, recorded=True)
+
+    def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
+        v.name("run_id", run_id)
+        v.name("holder", holder)
+        v.present_int("retry_at", retry_at)
+        _check_sequence(lease_sequence)
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if (
+                job is None
+                or job.lease_holder != holder
+                or job.dispatched
+                or not _same_lease(job, lease_sequence)
+            ):
+                return False
+            self._jobs[run_id] = replace(
+                job, lease_holder=None, lease_until=None, dispatch_at=retry_at
+            )
+            return True
+
+    def cancel(self, run_id: str) -> CancelResult:
+        v.name("run_id", run_id)
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if job is None:
+                return CancelResult.MISSING
+            if job.dispatched:
+                return CancelResult.ALREADY_DISPATCHED
+            self._jobs[run_id] = replace(job, cancelled=True)
+            return CancelResult.CANCELLED
+
+    def get(self, run_id: str) -> Job | None:
+        v.name("run_id", run_id)
+        with self._lock:
+            return self._jobs.get(run_id)
+
+    def list_dispatched(self) -> list[Job]:
+        with self._lock:
+            return [self._jobs[r] for r in sorted(self._jobs) if self._jobs[r].dispatched]
+
+    def remove(self, run_id: str) -> None:
+        v.name("run_id", run_id)
+        with self._lock:
+            self._jobs.pop(run_id, None)
+
+    def forget(self, run_id: str) -> None:
+        """Evict everything kept for ``run_id`` (for in-memory hosts, after
+        terminal cleanup and the retention grace, once producers have stopped).
+        This store keeps nothing per run beyond the job, so it is ``remove``."""
+        self.remove(run_id)
+
+    def now_ms(self) -> int:
+        """This process's clock in epoch ms."""
+        return wall_clock_ms()
+
+    def list_all(self) -> list[Job]:
+        """Every job, ordered by run_id (for tests and tools; not part of the contract)."""
+        with self._lock:
+            return [self._jobs[r] for r in sorted(self._jobs)]

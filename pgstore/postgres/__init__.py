@@ -1,0 +1,1 @@
+"""The PostgreSQL stores: calls of the SQL functions, rows, runners, LISTEN."""

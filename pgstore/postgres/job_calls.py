@@ -1,0 +1,98 @@
+"""The job store's calls (docs/contract.md), shared by the sync and async stores.
+
+Each builder checks what SQL cannot (Python types, NUL, bigint range) and
+leaves the value rules (docs/contract.md, bad input) to the SQL function.
+"""
+
+from __future__ import annotations
+
+from pgstore import _validate as v
+from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult
+from pgstore.postgres import rows as _rows
+from pgstore.postgres.call import Call, Function
+
+#: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
+CHANNEL = Function("job_channel", ())
+SCHEDULE = Function("job_schedule", ("text", "bigint"))
+LEASE = Function("job_lease", ("text", "bigint", "bigint"))
+RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint"))
+MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
+RELEASE = Function("job_release", ("text", "text", "bigint", "bigint"))
+CANCEL = Function("job_cancel", ("text",))
+GET = Function("job_get", ("text",))
+LIST_DISPATCHED = Function("job_list_dispatched", ())
+REMOVE = Function("job_remove", ("text",))
+LIST = Function("job_list", ("text", "bigint", "integer"))
+
+
+def schedule(run_id: str, dispatch_at: int) -> Call[None]:
+    v.text("run_id", run_id)
+    v.integer("dispatch_at", dispatch_at)
+    return Call(SCHEDULE, (run_id, dispatch_at), _rows.nothing)
+
+
+def lease(holder: str, now: int | None, ttl_ms: int) -> Call[Job | None]:
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    return Call(LEASE, (holder, now, ttl_ms), _rows.optional_job)
+
+
+def renew(
+    run_id: str, holder: str, now: int | None, ttl_ms: int, lease_sequence: int | None
+) -> Call[bool]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    v.integer("lease_sequence", lease_sequence)
+    return Call(RENEW, (run_id, holder, now, ttl_ms, lease_sequence), _rows.boolean)
+
+
+def mark_dispatched(
+    run_id: str, holder: str, worker_id: str | None, lease_sequence: int | None
+) -> Call[MarkResult]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.text("worker_id", worker_id)
+    v.integer("lease_sequence", lease_sequence)
+    args = (run_id, holder, worker_id, lease_sequence)
+    return Call(MARK_DISPATCHED, args, _rows.mark_result)
+
+
+def release(
+    run_id: str, holder: str, retry_at: int, lease_sequence: int | None
+) -> Call[bool]:
+    v.text("run_id", run_id)
+    v.text("holder", holder)
+    v.integer("retry_at", retry_at)
+    v.integer("lease_sequence", lease_sequence)
+    return Call(RELEASE, (run_id, holder, retry_at, lease_sequence), _rows.boolean)
+
+
+def cancel(run_id: str) -> Call[CancelResult]:
+    v.text("run_id", run_id)
+    return Call(CANCEL, (run_id,), _rows.cancel_result)
+
+
+def get(run_id: str) -> Call[Job | None]:
+    v.text("run_id", run_id)
+    return Call(GET, (run_id,), _rows.optional_job)
+
+
+def list_dispatched() -> Call[list[Job]]:
+    return Call(LIST_DISPATCHED, (), _rows.jobs)
+
+
+def remove(run_id: str) -> Call[None]:
+    v.text("run_id", run_id)
+    return Call(REMOVE, (run_id,), _rows.nothing)
+
+
+def list_jobs(filter: JobFilter, now: int | None, limit: int | None) -> Call[JobPage]:
+    v.text("filter", filter)
+    v.integer("now", now)
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    if isinstance(limit, int) and limit <= 0:
+        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+    return Call(LIST, (filter, now, limit), _rows.job_page)

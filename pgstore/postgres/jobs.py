@@ -1,0 +1,134 @@
+"""The PostgreSQL job stores (docs/contract.md, the job store): sync and asyncio.
+
+Each method is one call of one SQL function (see ``_job_calls``); the two
+classes differ only in how they send it. Durable stores have no ``forget``:
+they keep their records (``remove`` deletes one job).
+"""
+
+from __future__ import annotations
+
+from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult
+from pgstore.postgres import job_calls as calls
+from pgstore.postgres.store import AsyncStore, SyncStore
+
+__all__ = ["AsyncPgJobStore", "PgJobStore"]
+
+
+class PgJobStore(SyncStore):
+    """Delayed dispatch with holder leases in PostgreSQL, for threads.
+
+    ``source`` is a conninfo string (the store keeps a small pool of its own),
+    a psycopg ``Connection`` (used as is: without autocommit, calls join the
+    caller's transaction) or a ``ConnectionPool``. Times are epoch ms;
+    ``now=None`` means the database clock. Bad arguments raise
+    ``InvalidArgument`` and change nothing.
+    """
+
+    def schedule(self, run_id: str, dispatch_at: int) -> None:
+        """Add the job, due at ``dispatch_at``; an existing job's ``dispatch_at`` only moves."""
+        return self._runner.run(calls.schedule(run_id, dispatch_at))
+
+    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        """Lease the earliest due, uncancelled, undispatched job with no live lease until
+        ``now + ttl_ms``; None: nothing leasable right now."""
+        return self._runner.run(calls.lease(holder, now, ttl_ms))
+
+    def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        """Extend a lease ``holder`` still holds unexpired (and, given ``lease_sequence``,
+        only that lease of it); False: stop, it was lost."""
+        return self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
+
+    def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        """Record the dispatch while ``holder`` is the lease's holder (expired or not;
+        given ``lease_sequence``, only that lease); ``cancelled``: a cancel arrived,
+        the bot must leave at once."""
+        return self._runner.run(
+            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
+        )
+
+    def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
+        """Give the lease back undispatched and move the job to ``retry_at``; False:
+        ``holder`` no longer holds it (or, given ``lease_sequence``, not that lease),
+        or it was dispatched, or it is gone."""
+        return self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
+
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
+        ``MISSING``."""
+        return self._runner.run(calls.cancel(run_id))
+
+    def get(self, run_id: str) -> Job | None:
+        """The job, or None."""
+        return self._runner.run(calls.get(run_id))
+
+    def list_dispatched(self) -> list[Job]:
+        """Every dispatched job, ordered by run_id."""
+        return self._runner.run(calls.list_dispatched())
+
+    def list_jobs(
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+    ) -> JobPage:
+        """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
+        ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not) or
+        ``"dispatched"``; and how many match in all. The operator's view
+        (``pgstore jobs``)."""
+        return self._runner.run(calls.list_jobs(filter, now, limit))
+
+    def remove(self, run_id: str) -> None:
+        """Delete the job (unknown run_id: nothing)."""
+        return self._runner.run(calls.remove(run_id))
+
+
+class AsyncPgJobStore(AsyncStore):
+    """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
+    contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
+
+    async def schedule(self, run_id: str, dispatch_at: int) -> None:
+        return await self._runner.run(calls.schedule(run_id, dispatch_at))
+
+    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        return await self._runner.run(calls.lease(holder, now, ttl_ms))
+
+    async def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
+
+    async def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        return await self._runner.run(
+            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
+        )
+
+    async def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
+        return await self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
+
+    async def cancel(self, run_id: str) -> CancelResult:
+        return await self._runner.run(calls.cancel(run_id))
+
+    async def get(self, run_id: str) -> Job | None:
+        return await self._runner.run(calls.get(run_id))
+
+    async def list_dispatched(self) -> list[Job]:
+        return await self._runner.run(calls.list_dispatched())
+
+    async def list_jobs(
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+    ) -> JobPage:
+        return await self._runner.run(calls.list_jobs(filter, now, limit))
+
+    async def remove(self, run_id: str) -> None:
+        return await self._runner.run(calls.remove(run_id))

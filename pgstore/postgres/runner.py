@@ -1,0 +1,286 @@
+"""Sending a ``Call``: one statement on a connection from the store's source.
+
+A store's source is a conninfo string (the store then owns a small pool of
+autocommit connections), a psycopg connection (used as it is: with autocommit
+off, calls join the caller's transaction and the caller commits), or a
+psycopg_pool pool (each call borrows a connection; the pool commits).
+
+A pool the store owns waits at most ``OWNED_POOL_RECONNECT_PAUSE`` between two
+attempts to replace a lost connection, so it resumes within about a second of
+the server answering again after an outage of any length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from typing import Any, Generic, TypeVar, Union
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool.pool import AddConnection, MaintenanceTask
+from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
+from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
+
+from pgstore.errors import InvalidArgument, ReadOnlyServer, SchemaNotReady
+from pgstore.postgres.call import Call, Columns, statement
+from pgstore.schema.objects import check_schema
+
+T = TypeVar("T")
+ConnT = TypeVar("ConnT", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
+PoolT = TypeVar("PoolT", ConnectionPool[Any], AsyncConnectionPool[Any])
+
+#: What a sync store accepts as its connection source.
+SyncSource = Union[str, "psycopg.Connection[Any]", "ConnectionPool[Any]"]
+#: What an async store accepts as its connection source.
+AsyncSource = Union[str, "psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]"]
+
+#: Pool bounds of a store built from a conninfo string.
+OWNED_POOL_MIN = 1
+OWNED_POOL_MAX = 8
+
+#: The longest pause (seconds) between two attempts to replace a lost connection, in a
+#: pool a store owns. psycopg_pool doubles its pause after every failed attempt (1 s,
+#: 2 s, 4 s... up to its reconnect_timeout), so after an outage of T seconds it may wait
+#: about T more before trying again; capped, such a pool reconnects within this pause
+#: of the server answering again.
+OWNED_POOL_RECONNECT_PAUSE = 1.0
+
+
+class _OwnedPool(ConnectionPool[Any]):
+    """The pool of a store built from a conninfo: reconnection pauses are capped."""
+
+    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
+        if isinstance(task, AddConnection):
+            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
+        super().schedule_task(task, delay)
+
+
+class _AsyncOwnedPool(AsyncConnectionPool[Any]):
+    """``_OwnedPool`` for an asyncio store."""
+
+    async def schedule_task(self, task: AsyncMaintenanceTask, delay: float) -> None:
+        if isinstance(task, AsyncAddConnection):
+            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
+        await super().schedule_task(task, delay)
+
+
+@contextmanager
+def translated_errors(schema: str) -> Iterator[None]:
+    """Turn the server's answers to bad calls into pgstore's exceptions."""
+    try:
+        yield
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange) as exc:
+        message = exc.diag.message_primary or str(exc)
+        raise InvalidArgument(message, sqlstate=exc.sqlstate or "22023") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        raise ReadOnlyServer(exc.diag.message_primary or str(exc)) from exc
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
+        raise SchemaNotReady(
+            f"schema {schema!r} has no pgstore functions at this revision "
+            f"({exc.diag.message_primary}): run `pgstore migrate --dsn DSN --schema {schema}`"
+        ) from exc
+
+
+def column_names(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Columns:
+    """The names of the columns of the cursor's last result."""
+    return tuple(column.name for column in cur.description or ())
+
+
+def _pool_conninfo(conninfo: object, kwargs: object) -> str:
+    if not isinstance(conninfo, str) or not isinstance(kwargs, (dict, type(None))):
+        raise SchemaNotReady(
+            "auto_migrate cannot derive a conninfo from a pool configured by callables: "
+            "run `pgstore migrate` first"
+        )
+    # A pool's kwargs mix libpq options with connection settings (autocommit...).
+    libpq = {k: v for k, v in (kwargs or {}).items() if k not in _CONNECTION_SETTINGS}
+    return make_conninfo(conninfo, **libpq)
+
+
+_CONNECTION_SETTINGS = frozenset(
+    {"autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context"}
+)
+
+
+def _has_input(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """True when the server has sent something to this idle connection: what a terminated
+    backend sends (FATAL 57P01, then EOF), or a stray notice. A poll, no round trip."""
+    fd = conn.fileno()
+    if hasattr(select, "poll"):  # select() cannot watch descriptors past FD_SETSIZE
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+def _dead(conn: psycopg.Connection[Any]) -> bool:
+    """A pooled connection known to be dead: closed, or with input that an empty query
+    (a round trip, only then) proves fatal."""
+    if conn.closed:
+        return True
+    if _has_input(conn):
+        with suppress(psycopg.Error):
+            ConnectionPool.check_connection(conn)
+    return conn.closed
+
+
+async def _dead_async(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """``_dead`` for an asyncio connection."""
+    if conn.closed:
+        return True
+    if _has_input(conn):
+        with suppress(psycopg.Error):
+            await AsyncConnectionPool.check_connection(conn)
+    return conn.closed
+
+
+class _Runner(Generic[ConnT, PoolT]):
+    """What both runners share: sorting out the source, and its conninfo."""
+
+    def __init__(
+        self,
+        source: str | ConnT | PoolT,
+        schema: str,
+        conn_type: type[ConnT],
+        pool_type: type[PoolT],
+        owned_pool_type: type[PoolT],
+        prepare: bool,
+    ) -> None:
+        self.schema = check_schema(schema)
+        if not isinstance(prepare, bool):
+            raise InvalidArgument("prepare must be True or False")
+        # Never None: None would defer to the connection's prepare_threshold (psycopg
+        # prepares a query at its 5th run), which breaks behind PgBouncer's transaction
+        # pooling (see SyncStore).
+        self.prepare = prepare
+        self._conn: ConnT | None = None
+        self._pool: PoolT | None = None
+        self._owns_pool = False
+        self._opened = False
+        if isinstance(source, str):
+            self._pool = owned_pool_type(
+                source,
+                min_size=OWNED_POOL_MIN,
+                max_size=OWNED_POOL_MAX,
+                kwargs={"autocommit": True},
+                open=False,
+            )
+            self._owns_pool = True
+        elif isinstance(source, pool_type):
+            self._pool = source
+        elif isinstance(source, conn_type):
+            self._conn = source
+        else:
+            raise InvalidArgument(
+                f"source must be a conninfo string, a psycopg {conn_type.__name__} "
+                f"or a {pool_type.__name__}"
+            )
+
+    def conninfo(self) -> str:
+        """A conninfo string reaching the same database (for migrations)."""
+        if self._pool is not None:
+            return _pool_conninfo(self._pool.conninfo, self._pool.kwargs)
+        assert self._conn is not None
+        return make_conninfo(self._conn.info.dsn, password=self._conn.info.password)
+
+
+class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
+    """Runs calls for a sync store."""
+
+    def __init__(self, source: SyncSource, schema: str, prepare: bool) -> None:
+        super().__init__(source, schema, psycopg.Connection, ConnectionPool, _OwnedPool, prepare)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._conn is not None:
+            yield self._conn
+            return
+        assert self._pool is not None
+        if self._owns_pool and not self._opened:
+            with self._lock:
+                if not self._opened:
+                    self._pool.open()
+                    self._opened = True
+        # A connection whose server went away while it sat idle in the pool (backend
+        # terminated, server restarted) is handed back, and the pool replaces it: the
+        # call runs on a live one. psycopg_pool's own ``check=`` would cost a round trip
+        # per call, and sleeps 1 s, 2 s, 4 s... between consecutive dead connections.
+        attempts = self._pool.max_size + 1
+        for attempt in range(attempts):
+            with self._pool.connection() as conn:
+                if attempt + 1 < attempts and _dead(conn):
+                    continue
+                yield conn
+                return
+
+    def run(self, call: Call[T]) -> T:
+        query = statement(self.schema, call.function)
+        with (
+            translated_errors(self.schema),
+            self._connection() as conn,
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(query, call.args, prepare=self.prepare)
+            rows = cur.fetchall()
+            columns = column_names(cur)
+        return call.decode(rows, columns)
+
+    def close(self) -> None:
+        """Close the pool the store opened for a conninfo; borrowed sources stay open."""
+        if self._owns_pool and self._pool is not None:
+            self._pool.close()
+            self._opened = False
+
+
+class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]"]):
+    """Runs calls for an asyncio store."""
+
+    def __init__(self, source: AsyncSource, schema: str, prepare: bool) -> None:
+        super().__init__(
+            source, schema, psycopg.AsyncConnection, AsyncConnectionPool, _AsyncOwnedPool, prepare
+        )
+        self._lock: asyncio.Lock | None = None
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._conn is not None:
+            yield self._conn
+            return
+        assert self._pool is not None
+        if self._owns_pool and not self._opened:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if not self._opened:
+                    await self._pool.open()
+                    self._opened = True
+        attempts = self._pool.max_size + 1  # see SyncRunner._connection
+        for attempt in range(attempts):
+            async with self._pool.connection() as conn:
+                if attempt + 1 < attempts and await _dead_async(conn):
+                    continue
+                yield conn
+                return
+
+    async def run(self, call: Call[T]) -> T:
+        query = statement(self.schema, call.function)
+        with translated_errors(self.schema):
+            async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(query, call.args, prepare=self.prepare)
+                rows = await cur.fetchall()
+                columns = column_names(cur)
+        return call.decode(rows, columns)
+
+    async def close(self) -> None:
+        """Close the pool the store opened for a conninfo; borrowed sources stay open."""
+        if self._owns_pool and self._pool is not None:
+            await self._pool.close()
+            self._opened = False

@@ -1,0 +1,125 @@
+"""The PostgreSQL schedule stores (docs/contract.md, the schedule store): sync and asyncio.
+
+Each method is one call of one SQL function (see ``_schedule_calls``); the two
+classes differ only in how they send it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+from pgstore.models import ClaimResult, CompletePatch, ScheduleKind, ScheduleRecord
+from pgstore.postgres import schedule_calls as calls
+from pgstore.postgres.store import AsyncStore, SyncStore
+
+__all__ = ["AsyncPgScheduleStore", "PgScheduleStore"]
+
+
+class PgScheduleStore(SyncStore):
+    """Durable scheduled tasks in PostgreSQL, for threads.
+
+    ``source`` is a conninfo string (the store keeps a small pool of its own),
+    a psycopg ``Connection`` (used as is: without autocommit, calls join the
+    caller's transaction) or a ``ConnectionPool``. Times are epoch ms;
+    ``now=None`` means the database clock. Bad arguments raise
+    ``InvalidArgument`` and change nothing.
+    """
+
+    def get(self, id: str) -> ScheduleRecord | None:
+        """The record of ``id``, or None."""
+        return self._runner.run(calls.get(id))
+
+    def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+    ) -> ScheduleRecord:
+        """Insert if absent; same kind and spec: untouched; else overwrite kind, spec,
+        next_run_at (token, lease, last_* kept). Returns the stored record."""
+        return self._runner.run(calls.register(id, kind, spec, next_run_at, now))
+
+    def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None:
+        """Claim ``id`` if due and unleased; None: not due, leased elsewhere, or unknown."""
+        return self._runner.run(calls.claim_due(id, owner, now, lease_ms))
+
+    def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
+        """Extend a claim still held with this token; False: the lease was lost."""
+        return self._runner.run(calls.renew(id, fencing_token, lease_until))
+
+    def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool:
+        """Commit the occurrence of a claim still held with this token; False: stale."""
+        return self._runner.run(calls.complete(id, fencing_token, patch, now))
+
+    def delete(self, id: str) -> None:
+        """Remove the record, keeping its token as the id's high-water mark."""
+        return self._runner.run(calls.delete(id))
+
+    def list(self) -> builtins.list[ScheduleRecord]:
+        """Every record, orphans and tombstones included, ordered by id."""
+        return self._runner.run(calls.list_all())
+
+    def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]:
+        """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given)."""
+        return self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
+
+
+class AsyncPgScheduleStore(AsyncStore):
+    """Durable scheduled tasks in PostgreSQL, for asyncio: ``PgScheduleStore``'s
+    contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
+
+    async def get(self, id: str) -> ScheduleRecord | None:
+        return await self._runner.run(calls.get(id))
+
+    async def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+    ) -> ScheduleRecord:
+        return await self._runner.run(calls.register(id, kind, spec, next_run_at, now))
+
+    async def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None:
+        return await self._runner.run(calls.claim_due(id, owner, now, lease_ms))
+
+    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
+        return await self._runner.run(calls.renew(id, fencing_token, lease_until))
+
+    async def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool:
+        return await self._runner.run(calls.complete(id, fencing_token, patch, now))
+
+    async def delete(self, id: str) -> None:
+        return await self._runner.run(calls.delete(id))
+
+    async def list(self) -> builtins.list[ScheduleRecord]:
+        return await self._runner.run(calls.list_all())
+
+    async def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]:
+        return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))

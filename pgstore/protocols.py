@@ -1,0 +1,205 @@
+"""The store interfaces: what the runtime, the listener and the conformance suites rely on.
+
+Every store kind implements one of these: ``PgScheduleStore`` and
+``MemoryScheduleStore`` are ``ScheduleStore``s, ``AsyncPgScheduleStore`` is an
+``AsyncScheduleStore``; likewise for jobs. They are typing Protocols: a store
+of your own needs no base class, only these methods with these meanings.
+
+Times are epoch milliseconds; ``now=None`` means the store's clock
+(``now_ms()``, the database's for a PostgreSQL store). Bad arguments raise
+``InvalidArgument`` and change nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Protocol
+
+from pgstore.models import (
+    CancelResult,
+    ClaimResult,
+    CompletePatch,
+    Job,
+    MarkResult,
+    ScheduleKind,
+    ScheduleRecord,
+)
+
+__all__ = ["AsyncJobStore", "AsyncScheduleStore", "JobStore", "ScheduleStore"]
+
+
+class ScheduleStore(Protocol):
+    """Durable scheduled tasks with claim leases and fencing tokens (sync)."""
+
+    def start(self) -> None:
+        """Make the store ready (a PostgreSQL store checks its schema revision)."""
+
+    def now_ms(self) -> int:
+        """The store's clock."""
+
+    def get(self, id: str) -> ScheduleRecord | None:
+        """The record of ``id``, or None."""
+
+    def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+    ) -> ScheduleRecord:
+        """Insert if absent (token: the id's high-water mark, or 0); same kind and spec:
+        untouched; else overwrite kind, spec and next_run_at, keeping token, lease, last_*."""
+
+    def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None:
+        """Claim ``id`` if due and unleased, with the next fencing token; else None."""
+
+    def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
+        """Move the lease's end, only for the token of a claim still held."""
+
+    def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool:
+        """Commit a claim still held with this token and clear its lease; False: stale."""
+
+    def delete(self, id: str) -> None:
+        """Remove the record, raising the id's high-water mark to its token."""
+
+    def list(self) -> builtins.list[ScheduleRecord]:
+        """Every record, ordered by id."""
+
+    def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]:
+        """Claim up to ``limit`` due, unleased records, earliest first (only ``ids``)."""
+
+
+class AsyncScheduleStore(Protocol):
+    """``ScheduleStore`` for asyncio: the same methods, awaited."""
+
+    async def start(self) -> None: ...
+
+    async def now_ms(self) -> int: ...
+
+    async def get(self, id: str) -> ScheduleRecord | None: ...
+
+    async def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+    ) -> ScheduleRecord: ...
+
+    async def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None: ...
+
+    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool: ...
+
+    async def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool: ...
+
+    async def delete(self, id: str) -> None: ...
+
+    async def list(self) -> builtins.list[ScheduleRecord]: ...
+
+    async def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]: ...
+
+
+class JobStore(Protocol):
+    """Delayed dispatch with holder leases (sync)."""
+
+    def start(self) -> None:
+        """Make the store ready (a PostgreSQL store checks its schema revision)."""
+
+    def now_ms(self) -> int:
+        """The store's clock."""
+
+    def schedule(self, run_id: str, dispatch_at: int) -> None:
+        """Add the job, or move only its ``dispatch_at``."""
+
+    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        """Lease the earliest due, undispatched, uncancelled, unleased job; else None."""
+
+    def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        """Extend a live lease of ``holder`` (given ``lease_sequence``, only that lease);
+        False: expired or taken, stop."""
+
+    def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        """Record the dispatch if ``holder`` still holds the job (given ``lease_sequence``,
+        that lease); tells whether it was cancelled meanwhile."""
+
+    def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool:
+        """Give an undispatched job back for a retry at ``retry_at``."""
+
+    def cancel(self, run_id: str) -> CancelResult:
+        """Cancel unless already dispatched."""
+
+    def get(self, run_id: str) -> Job | None:
+        """The job, or None."""
+
+    def list_dispatched(self) -> list[Job]:
+        """Every dispatched job."""
+
+    def remove(self, run_id: str) -> None:
+        """Delete the job."""
+
+
+class AsyncJobStore(Protocol):
+    """``JobStore`` for asyncio: the same methods, awaited."""
+
+    async def start(self) -> None: ...
+
+    async def now_ms(self) -> int: ...
+
+    async def schedule(self, run_id: str, dispatch_at: int) -> None: ...
+
+    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None: ...
+
+    async def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool: ...
+
+    async def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult: ...
+
+    async def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+    ) -> bool: ...
+
+    async def cancel(self, run_id: str) -> CancelResult: ...
+
+    async def get(self, run_id: str) -> Job | None: ...
+
+    async def list_dispatched(self) -> list[Job]: ...
+
+    async def remove(self, run_id: str) -> None: ...

@@ -1,0 +1,1 @@
+"""The Scheduler and the Dispatcher, and what they share."""

@@ -1,0 +1,335 @@
+"""``Scheduler``: runs declared cron / interval / one-shot tasks over a schedule store.
+
+Start the same scheduler on many hosts: each occurrence runs once, on one
+host. The store's claim is the only coordination:
+
+* ``start()`` registers every declared task. A restart with the same
+  expression keeps its ``next_run_at``; a changed one takes effect. Records
+  of tasks this process does not declare (orphans) are never run or changed.
+* The loop claims due occurrences of its own tasks (``claim_next`` with its
+  task ids), up to its free concurrency, and runs each handler. While it runs,
+  the lease is renewed every third of ``lease_ms``; a renew that raises (or
+  whose clock read raises) is logged and retried. When a renew is refused, or
+  renews keep failing until 80% of ``lease_ms`` has passed (local monotonic
+  clock) since the last successful renew or the claim, the lease is lost
+  (another host may be running the occurrence, or soon may): the handler is
+  told (asyncio cancellation for ``async def`` handlers, ``ctx.lease_lost``
+  for plain ones) and the run is not completed.
+* Otherwise the run is completed with ``last_status`` ``ok`` (or ``error`` when
+  the handler raised) and the next occurrence. A rejected complete is logged
+  as a stale claim and never retried.
+
+Next occurrences: cron through ``pgstore.runtime.occurrences`` in the task's zone,
+from the later of now and the scheduled time (a host that was down runs a
+missed occurrence once, not once per miss); intervals at a fixed rate from the
+first scheduled time (the next grid point after now: no drift, no catch-up
+storm); a one-shot task leaves a tombstone (``next_run_at`` NULL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from pgstore import _validate as v
+from pgstore.errors import InvalidArgument
+from pgstore.models import ClaimResult, CompletePatch, LastStatus, ScheduleKind
+from pgstore.protocols import AsyncScheduleStore, ScheduleStore
+from pgstore.runtime.base import Clock, Runtime, default_owner, is_async_callable
+from pgstore.runtime.keeper import keep_lease
+from pgstore.runtime.occurrences import CronSpec, cron_spec, next_cron, next_interval
+from pgstore.runtime.stores import as_async_schedule_store
+
+__all__ = ["RunContext", "Scheduler", "Task"]
+
+log = logging.getLogger("pgstore.scheduler")
+
+#: Tries of a complete that fails (a lost connection) before the lease is left to expire.
+COMPLETE_ATTEMPTS = 5
+
+#: A task handler: ``handler()`` or ``handler(ctx)``, plain or ``async def``.
+Handler = Callable[..., Any]
+H = TypeVar("H", bound=Handler)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a handler knows about its run.
+
+    ``lease_lost`` is set when a renew failed: the occurrence may be running
+    elsewhere, and this run will not be completed; a plain handler should
+    check it and stop early (an ``async def`` handler is cancelled instead).
+    """
+
+    task_id: str
+    fencing_token: int
+    scheduled_at: int
+    started_at: int
+    owner: str
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A declared task: its stored kind and spec, and how its occurrences follow."""
+
+    id: str
+    kind: ScheduleKind
+    spec: str
+    handler: Handler
+    cron: CronSpec | None = None
+    period_ms: int | None = None  # the interval, or the one-shot delay
+
+    def first_run_at(self, now: int) -> int:
+        """``next_run_at`` for a new (or changed) record registered at ``now``."""
+        if self.cron is not None:
+            return next_cron(self.cron, now)
+        assert self.period_ms is not None
+        return v.add(now, self.period_ms)
+
+    def next_run_at(self, scheduled_at: int, now: int) -> int | None:
+        """The occurrence after the one scheduled at ``scheduled_at``, completed at ``now``."""
+        if self.kind == "once":
+            return None
+        if self.cron is not None:
+            return next_cron(self.cron, max(now, scheduled_at))
+        assert self.period_ms is not None
+        return next_interval(scheduled_at, self.period_ms, now)
+
+
+def _milliseconds(param: str, value: object) -> int:
+    if isinstance(value, timedelta):
+        value = int(value.total_seconds() * 1000)
+    return v.positive(param, value)
+
+
+class Scheduler(Runtime):
+    """Runs declared tasks over any schedule store (memory, sync or asyncio PostgreSQL).
+
+    ``owner`` names this process in leases (default ``scheduler@host:pid``).
+    ``clock`` (epoch ms) defaults to the store's clock. ``poll_interval`` and
+    ``grace_period`` are seconds.
+    """
+
+    log = log
+
+    def __init__(
+        self,
+        store: ScheduleStore | AsyncScheduleStore,
+        *,
+        owner: str | None = None,
+        lease_ms: int = 30_000,
+        concurrency: int = 4,
+        poll_interval: float = 1.0,
+        grace_period: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
+        schedules = as_async_schedule_store(store)
+        super().__init__(
+            store,
+            schedules,
+            owner=owner or default_owner("scheduler"),
+            lease_ms=lease_ms,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            grace_period=grace_period,
+            clock=clock,
+        )
+        self.tasks: dict[str, Task] = {}
+        self._register = schedules.register
+        self._claim_next = schedules.claim_next
+        self._renew = schedules.renew
+        self._complete = schedules.complete
+
+    # --- declaring tasks -----------------------------------------------------------
+
+    @overload
+    def cron(self, id: str, expr: str, *, tz: str = ...) -> Callable[[H], H]: ...
+    @overload
+    def cron(self, id: str, expr: str, handler: H, *, tz: str = ...) -> H: ...
+
+    def cron(
+        self, id: str, expr: str, handler: Handler | None = None, *, tz: str = "UTC"
+    ) -> Any:
+        """Run ``handler`` at each occurrence of ``expr`` on ``tz``'s wall clock.
+
+        Stored as ``expr``, or ``TZ=<zone> <expr>`` for a zone other than UTC.
+        """
+        spec = cron_spec(expr, tz)
+        return self._declare(id, "cron", spec.stored(), handler, cron=spec)
+
+    @overload
+    def every(self, id: str, interval: int | timedelta) -> Callable[[H], H]: ...
+    @overload
+    def every(self, id: str, interval: int | timedelta, handler: H) -> H: ...
+
+    def every(self, id: str, interval: int | timedelta, handler: Handler | None = None) -> Any:
+        """Run ``handler`` every ``interval`` (ms, or a timedelta) at a fixed rate; the first
+        run is one interval after the task is first registered."""
+        period = _milliseconds("interval", interval)
+        return self._declare(id, "interval", str(period), handler, period_ms=period)
+
+    @overload
+    def once(self, id: str, delay: int | timedelta) -> Callable[[H], H]: ...
+    @overload
+    def once(self, id: str, delay: int | timedelta, handler: H) -> H: ...
+
+    def once(self, id: str, delay: int | timedelta, handler: Handler | None = None) -> Any:
+        """Run ``handler`` once, ``delay`` (ms, or a timedelta) after the task is first
+        registered; afterwards the record is a tombstone and restarts do not run it again."""
+        period = _milliseconds("delay", delay)
+        return self._declare(id, "once", str(period), handler, period_ms=period)
+
+    def _declare(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        handler: Handler | None,
+        *,
+        cron: CronSpec | None = None,
+        period_ms: int | None = None,
+    ) -> Any:
+        v.name("id", id)
+        if id in self.tasks:
+            raise InvalidArgument(f"task {id!r} is declared twice")
+
+        def declare(fn: H) -> H:
+            if not callable(fn):
+                raise InvalidArgument(f"handler of task {id!r} must be callable")
+            self.tasks[id] = Task(id, kind, spec, fn, cron=cron, period_ms=period_ms)
+            return fn
+
+        return declare if handler is None else declare(handler)
+
+    # --- the runtime -----------------------------------------------------------------
+
+    async def _prepare(self) -> None:
+        await super()._prepare()
+        now = await self.now()
+        for task in self.tasks.values():
+            record = await self._register(
+                task.id, task.kind, task.spec, task.first_run_at(now), now
+            )
+            log.info("%s: registered %s (%s %s), next run at %s", self.owner, task.id,
+                     task.kind, task.spec, record.next_run_at)
+
+    async def _claim(self, free: int) -> list[Any]:
+        if not self.tasks:
+            return []
+        anchor = time.monotonic()  # the lease runs from no earlier than this
+        now = await self.now()
+        claims: list[ClaimResult] = await self._claim_next(
+            self.owner, now, self.lease_ms, free, list(self.tasks)
+        )
+        for claim in claims:
+            log.info("%s: claimed %s token %d (scheduled %s)", self.owner, claim.record.id,
+                     claim.fencing_token, claim.record.next_run_at)
+        return [self._run(claim, now, anchor) for claim in claims]
+
+    async def _run(self, claim: ClaimResult, claimed_at: int, anchor: float) -> None:
+        task = self.tasks[claim.record.id]
+        scheduled = claim.record.next_run_at
+        assert scheduled is not None  # claim_due only claims due records
+        ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner)
+        work = asyncio.ensure_future(self._call_handler(task, ctx))
+        keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
+        status: LastStatus = "ok"
+        started = time.monotonic()
+        try:
+            await work
+        except asyncio.CancelledError:
+            # The keeper cancels an async handler whose lease was lost; any other
+            # cancellation is the runtime abandoning its work: let it through.
+            if not (ctx.lease_lost.is_set() and work.cancelled()):
+                log.warning("%s: %s token %d abandoned at stop; its lease will expire",
+                            self.owner, task.id, ctx.fencing_token)
+                raise
+        except Exception:
+            status = "error"
+            log.exception("%s: %s token %d raised", self.owner, task.id, ctx.fencing_token)
+        finally:
+            keeper.cancel()
+        if ctx.lease_lost.is_set():
+            log.warning("%s: %s token %d lost its lease; not completing", self.owner,
+                        task.id, ctx.fencing_token)
+            return
+        if self.abandoned:
+            log.warning("%s: %s token %d finished after the grace period; not completing",
+                        self.owner, task.id, ctx.fencing_token)
+            return
+        log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id, ctx.fencing_token,
+                 time.monotonic() - started, status)
+        # complete cannot commit twice (a spent claim answers False), so a failed one
+        # (a lost connection) is retried rather than left to the lease's expiry, which
+        # would run the occurrence again.
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                now = await self.now()
+                patch = CompletePatch(task.next_run_at(scheduled, now), ctx.started_at, status)
+                completed = await self._complete(task.id, ctx.fencing_token, patch, now)
+                break
+            except Exception:
+                log.exception("%s: complete of %s token %d failed (attempt %d of %d)",
+                              self.owner, task.id, ctx.fencing_token, attempt,
+                              COMPLETE_ATTEMPTS)
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        else:
+            log.error("%s: %s token %d ran but was not completed; the lease will expire "
+                      "and it may run again", self.owner, task.id, ctx.fencing_token)
+            return
+        if completed:
+            log.info("%s: completed %s token %d %s, next run at %s", self.owner, task.id,
+                     ctx.fencing_token, status, patch.next_run_at)
+        elif attempt > 1:
+            log.warning("%s: complete of %s token %d answered False after a failed attempt: "
+                        "that attempt committed, or the claim went stale", self.owner,
+                        task.id, ctx.fencing_token)
+        else:
+            log.warning("%s: complete of %s token %d rejected: stale claim", self.owner,
+                        task.id, ctx.fencing_token)
+
+    async def _call_handler(self, task: Task, ctx: RunContext) -> None:
+        if _takes_context(task.handler):
+            await self.call_user(task.handler, ctx)
+        else:
+            await self.call_user(task.handler)
+
+    def _keeper(
+        self, ctx: RunContext, work: asyncio.Future[None], anchor: float
+    ) -> Coroutine[Any, Any, None]:
+        """The shared keeper for one run: on a lost lease, tell the handler."""
+
+        async def renew() -> bool:
+            now = await self.now()
+            return bool(await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms))
+
+        def lost(reason: str) -> None:
+            ctx.lease_lost.set()
+            cancel = is_async_callable(self.tasks[ctx.task_id].handler)
+            log.warning("%s: %s token %d lease lost (%s); %s", self.owner, ctx.task_id,
+                        ctx.fencing_token, reason,
+                        "cancelling the handler" if cancel else "ctx.lease_lost set")
+            if cancel:
+                work.cancel()
+
+        return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor,
+                          what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner,
+                          log=log, on_lost=lost)
+
+
+def _takes_context(fn: Handler) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )

@@ -1,0 +1,1 @@
+"""The store's schema: its SQL files, loading them, migrating with alembic."""
