@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from pgstore import Backoff, Dispatcher, Job, PgJobStore, PgScheduleStore, RunContext, Scheduler
+from pgstore.protocols import AsyncScheduleStore, ScheduleStore
 
 DSN = os.environ.get("CLI_APP_DSN", "")
 SCHEMA = os.environ.get("CLI_APP_SCHEMA", "pgstore")
@@ -98,7 +99,7 @@ apps = SimpleNamespace(dispatcher=Dispatcher(PgJobStore(DSN, schema=SCHEMA), lam
 not_a_runtime = 42
 
 
-def needs_arguments(store: object) -> Scheduler:
+def needs_arguments(store: ScheduleStore | AsyncScheduleStore) -> Scheduler:
     return Scheduler(store)
 
 

@@ -25,6 +25,10 @@ class FakeClock:
             return self._now
 
 
-def utc_ms(*args: int) -> int:
+def utc_ms(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> int:
     """``utc_ms(2026, 10, 25, 0, 30)``: that UTC wall time in epoch ms."""
-    return int(datetime(*args, tzinfo=timezone.utc).timestamp() * 1000)  # type: ignore[misc]
+    return int(
+        datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc).timestamp() * 1000
+    )

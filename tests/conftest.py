@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -18,14 +18,26 @@ from pgstore import (
     MemoryScheduleStore,
     PgJobStore,
     PgScheduleStore,
+    ScheduleRecord,
 )
+from pgstore.protocols import JobStore, ScheduleStore
 from pgstore.testing import PgBouncer
+from tests.sync_stores import sync_job_store, sync_schedule_store
 
 #: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
 #: database through the session's pgbouncer in transaction pooling mode (the schema is
 #: installed directly, and the state is read directly); ``pg_prepared`` is a sync store
 #: built with ``prepare=True``.
 STORE_KINDS = ["memory", "pg", "pg_prepared", "async_pg", "pg_bouncer", "async_pg_bouncer"]
+
+
+T = TypeVar("T")
+
+
+def present(value: T | None) -> T:
+    """``value``, asserted to be there: a test's way to read a record it knows exists."""
+    assert value is not None
+    return value
 
 
 def _store_dsn(request: pytest.FixtureRequest, dsn: str) -> str:
@@ -36,32 +48,14 @@ def _store_dsn(request: pytest.FixtureRequest, dsn: str) -> str:
     return bouncer.dsn_for(dsn)
 
 
-class SyncOverAsync:
-    """Drives an asyncio store from sync test code, one event loop per test."""
-
-    def __init__(self, store: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._store = store
-        self._loop = loop
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run_until_complete(attr(*args, **kwargs))
-
-        return call
-
-
 @dataclass
 class StoreUnderTest:
     """A store, and a way to read its whole state (records and fences)."""
 
-    store: Any
+    store: ScheduleStore
     fences: Callable[[], dict[str, int]]
 
-    def state(self) -> tuple[list[Any], dict[str, int]]:
+    def state(self) -> tuple[list[ScheduleRecord], dict[str, int]]:
         return self.store.list(), self.fences()
 
 
@@ -97,7 +91,7 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
     loop = asyncio.new_event_loop()
     async_store = AsyncPgScheduleStore(store_dsn, schema=schema)
     loop.run_until_complete(async_store.start())
-    yield StoreUnderTest(SyncOverAsync(async_store, loop), _pg_fences(dsn, schema))
+    yield StoreUnderTest(sync_schedule_store(async_store, loop), _pg_fences(dsn, schema))
     loop.run_until_complete(async_store.close())
     loop.close()
 
@@ -106,7 +100,7 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
 class JobStoreUnderTest:
     """A job store, and a way to read its whole state (every job, by run_id)."""
 
-    store: Any
+    store: JobStore
     state: Callable[[], list[Job]]
 
 
@@ -145,6 +139,6 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
     loop = asyncio.new_event_loop()
     async_store = AsyncPgJobStore(store_dsn, schema=schema)
     loop.run_until_complete(async_store.start())
-    yield JobStoreUnderTest(SyncOverAsync(async_store, loop), pg_jobs_state(dsn, schema))
+    yield JobStoreUnderTest(sync_job_store(async_store, loop), pg_jobs_state(dsn, schema))
     loop.run_until_complete(async_store.close())
     loop.close()

@@ -20,7 +20,7 @@ import pytest
 from pgstore import PgJobStore, PgScheduleStore
 from pgstore.cli.commands import jobs_table, schedules_table
 from pgstore.cli.status import status_text
-from pgstore.models import Job, ScheduleRecord
+from pgstore.models import Job, ScheduleKind, ScheduleRecord
 from tests.cli_support import (
     Run,
     clean_environment,
@@ -173,7 +173,9 @@ def test_commands_on_a_terminal_cut_to_its_width(pgstore_database: str, pgstore_
         ("once", "1.5", "a one-shot delay must be a positive integer of ms"),
     ],
 )
-def test_spec_problem_names_what_does_not_parse(kind: str, spec: str, reason: str | None) -> None:
+def test_spec_problem_names_what_does_not_parse(
+    kind: ScheduleKind, spec: str, reason: str | None
+) -> None:
     from pgstore.cli.status import spec_problem
 
     record = replace(_record("r", None, spec), kind=kind)
@@ -184,10 +186,11 @@ def test_spec_problem_names_what_does_not_parse(kind: str, spec: str, reason: st
 def test_spec_problem_accepts_what_the_scheduler_writes() -> None:
     from pgstore.cli.status import spec_problem
 
-    for kind, spec in [
+    cases: list[tuple[ScheduleKind, str]] = [
         ("cron", "*/5 * * * *"), ("cron", "TZ=Europe/Berlin 30 2 * * *"), ("cron", "@daily"),
         ("interval", "1"), ("interval", "9223372036854775807"), ("once", "60000"),
-    ]:
+    ]
+    for kind, spec in cases:
         assert spec_problem(replace(_record("r", None, spec), kind=kind)) is None, spec
 
 

@@ -83,7 +83,7 @@ class Roles:
         role = f"pgstore_t_{uuid.uuid4().hex[:10]}"
         with psycopg.connect(self.dsn, autocommit=True) as admin:
             admin.execute(
-                sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(role))  # type: ignore[operator]
+                sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(role))
             )
             for group in member_of:
                 admin.execute(
@@ -158,7 +158,7 @@ def test_one_databases_client_role_gives_nothing_in_another(
     with psycopg.connect(make_conninfo(app_b, user=user_a), autocommit=True) as conn:
         for call in ("SELECT * FROM shop.job_lease('h', NULL, 60000)", "SELECT shop.job_cancel('r')"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(call)  # type: ignore[arg-type]
+                conn.execute(call)
     with psycopg.connect(app_b) as conn:
         assert conn.execute(
             "SELECT lease_holder, cancelled FROM shop.jobs WHERE run_id = 'r'"
@@ -185,7 +185,7 @@ def test_a_login_role_is_not_adopted_unless_told(
                      "--adopt-client-role"]) == 0
     cfg = Config()
     cfg.set_main_option("script_location", str(pgstore.schema.files.migrations_dir()))
-    cfg.cmd_opts = type("Opts", (), {"x": [  # type: ignore[assignment]
+    cfg.cmd_opts = type("Opts", (), {"x": [
         "schema=adopt_x", f"client_role={login}", "adopt_client_role=true", f"dsn={dsn}"]})()
     command.upgrade(cfg, "head")
     with psycopg.connect(make_conninfo(dsn, user=login, password="secret"), autocommit=True) as conn:

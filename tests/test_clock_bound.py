@@ -52,7 +52,7 @@ def db(pgstore_database: str, pgstore_schema: str) -> Iterator[psycopg.Connectio
 
 def _state(db: psycopg.Connection[Any]) -> list[Any]:
     return [
-        db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()  # type: ignore[arg-type]
+        db.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
         for t in ("schedules", "schedule_fences", "jobs", "store_settings")
     ]
 
@@ -74,8 +74,8 @@ def test_off_by_default_far_futures_are_taken(db: psycopg.Connection[Any]) -> No
                         (CENTURIES,)).fetchone()
     assert leased == (CENTURIES + 1000,)  # a live lease for centuries, as before 0006
     for function, call in CALLS.items():
-        db.execute(call.format(now=CENTURIES)).fetchall()  # type: ignore[arg-type]
-        db.execute(call.format(now=-CENTURIES)).fetchall()  # type: ignore[arg-type]
+        db.execute(call.format(now=CENTURIES)).fetchall()
+        db.execute(call.format(now=-CENTURIES)).fetchall()
         assert function  # each one answered
 
 
@@ -88,7 +88,7 @@ def test_on_refuses_a_now_past_the_bound_and_changes_nothing(
     before = _state(db)
     now = offset if abs(offset) >= 2**62 else _clock(db) + offset
     with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
-        db.execute(CALLS[function].format(now=now)).fetchall()  # type: ignore[arg-type]
+        db.execute(CALLS[function].format(now=now)).fetchall()
     message = raised.value.diag.message_primary or ""
     assert message.startswith(f"now must be within {BOUND} ms of the database clock"), message
     assert _state(db) == before
@@ -99,7 +99,7 @@ def test_on_exactly_at_the_bound_is_taken(db: psycopg.Connection[Any], function:
     """now = the clock read just before the call + the bound: the clock only moves on,
     so at the check p_now is at most the bound ahead of it."""
     _set_bound(db, BOUND)
-    db.execute(CALLS[function].format(now=_clock(db) + BOUND)).fetchall()  # type: ignore[arg-type]
+    db.execute(CALLS[function].format(now=_clock(db) + BOUND)).fetchall()
 
 
 def test_on_the_database_clock_and_a_close_now_are_taken(db: psycopg.Connection[Any]) -> None:

@@ -221,7 +221,7 @@ def cluster() -> Iterator[ThrowawayCluster]:
         started = True
         install_schema(node.dsn, SCHEMA)
         with psycopg.connect(node.dsn, autocommit=True) as conn:
-            settings = dict(conn.execute(
+            settings: dict[str, str] = dict(conn.execute(
                 "SELECT name, setting FROM pg_settings"
                 " WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')"
             ).fetchall())
@@ -527,7 +527,7 @@ def read_tables(dsn: str) -> Tables:
                 f" lease_owner, lease_until, updated_at FROM {SCHEMA}.schedules"
             ).fetchall()
         }
-        fences = dict(
+        fences: dict[str, int] = dict(
             conn.execute(f"SELECT id, fencing_token FROM {SCHEMA}.schedule_fences").fetchall()
         )
         jobs = {
@@ -694,7 +694,7 @@ def check_jobs(acked: list[Op], lost: list[Op], tables: Tables, problems: list[s
         for op in cancels:
             if op.result == CancelResult.ALREADY_DISPATCHED and not row.dispatched:
                 problems.append(f"{run_id}: {op} answered already_dispatched; not dispatched now")
-            if op.result == CancelResult.MISSING and any(s.ack < op.send for s in schedules):
+            if op.result == CancelResult.MISSING and any(s.done_by < op.send for s in schedules):
                 problems.append(f"{run_id}: {op} answered missing after an acknowledged schedule")
 
         marks = [op for op in of("j.mark") if op.acked]

@@ -152,7 +152,7 @@ def test_a_failed_dispatch_is_released_with_backoff() -> None:
 
     async def main() -> list[Any]:
         await d.start()
-        seen = []
+        seen: list[Any] = []
         await _round(d)
         seen.append(store.get("meeting"))
         clock.set(10_999)

@@ -533,6 +533,7 @@ def test_retry_claim_leaves_a_lease_nobody_holds_until_it_expires(
     assert s.claim_next("w", 1_199, 1_000, 5, ["t"]) == []  # ... until the lease expires
     # The owner can find its claim (and token) again: it is the record's lease.
     record = s.get("t")
+    assert record is not None
     assert (record.lease_owner, record.fencing_token) == ("w", lost.fencing_token)
     again = s.claim_due("t", "w", 1_200, 1_000)  # delayed by lease_ms, then claimable
     assert again is not None and again.fencing_token == lost.fencing_token + 1
@@ -542,6 +543,7 @@ def test_retry_renew_is_idempotent(schedules: StoreUnderTest) -> None:
     s = schedules.store
     s.register("t", "interval", "1000", 100, 10)
     claim = s.claim_due("t", "w", 200, 1_000)
+    assert claim is not None
     assert s.renew("t", claim.fencing_token, 5_000) is True
     before = schedules.state()
     assert s.renew("t", claim.fencing_token, 5_000) is True
@@ -552,6 +554,7 @@ def test_retry_complete_after_success_answers_false(schedules: StoreUnderTest) -
     s = schedules.store
     s.register("t", "interval", "1000", 100, 10)
     claim = s.claim_due("t", "w", 200, 1_000)
+    assert claim is not None
     patch = CompletePatch(1_100, 200, "ok")
     assert s.complete("t", claim.fencing_token, patch, 300) is True
     before = schedules.state()
@@ -560,6 +563,7 @@ def test_retry_complete_after_success_answers_false(schedules: StoreUnderTest) -
     # What tells "mine committed" from "stale": the token is still mine, the lease is
     # cleared and last_run_at is my patch's.
     record = s.get("t")
+    assert record is not None
     assert (record.fencing_token, record.lease_owner, record.last_run_at) == (
         claim.fencing_token, None, 200
     )
@@ -629,6 +633,7 @@ def test_retry_release_after_success_answers_false(jobs: JobStoreUnderTest) -> N
     assert j.release("m", "d1", 5_000) is False  # ambiguous after a lost answer
     assert jobs.state() == before
     job = j.get("m")  # what tells "mine committed": no holder, dispatch_at = retry_at
+    assert job is not None
     assert (job.lease_holder, job.dispatch_at) == (None, 5_000)
 
 

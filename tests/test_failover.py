@@ -317,11 +317,12 @@ def run_trial(pair: Pair, mode: str, salt: int) -> Outcome:
     seq_not_above = 0
     for run_id, seqs in leases_after.items():
         if leases_before.get(run_id):
-            prior = leases_before[run_id]
-            if any(s is None for s in [*prior, *seqs]):
+            prior = [s for s in leases_before[run_id] if s is not None]
+            known = [s for s in seqs if s is not None]
+            if len(prior) < len(leases_before[run_id]) or len(known) < len(seqs):
                 seq_not_above += len(seqs)
             else:
-                seq_not_above += sum(1 for s in seqs if s <= max(prior))  # type: ignore[operator]
+                seq_not_above += sum(1 for s in known if s <= max(prior))
     by_job: dict[str, list[int | None]] = defaultdict(list)
     for _, run_id, _, seq in ledger.marks:
         by_job[run_id].append(seq)

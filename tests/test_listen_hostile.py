@@ -147,7 +147,12 @@ class Running:
         dispatcher's start-up claims are done."""
         self.thread.start()
         pids: list[int] = []
-        assert _until(lambda: bool(pids.extend(_listener_pids(dsn, channel)) or pids))
+
+        def listening() -> bool:
+            pids.extend(_listener_pids(dsn, channel))
+            return bool(pids)
+
+        assert _until(listening)
         assert len(pids) == 1, pids
         # The first tick and the listener's look on connect: two job_lease calls.
         assert _until(lambda: self.store.leases >= 2)

@@ -133,7 +133,7 @@ def test_upgrade_from_0005_keeps_data_and_downgrade_back_to_it(
     tables = ("schedules", "schedule_fences", "jobs")
 
     def rows(conn: psycopg.Connection[Any]) -> list[Any]:
-        return [conn.execute(f"SELECT * FROM mig6_upgraded.{t} ORDER BY 1").fetchall()  # type: ignore[arg-type]
+        return [conn.execute(f"SELECT * FROM mig6_upgraded.{t} ORDER BY 1").fetchall()
                 for t in tables]
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -187,7 +187,7 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
     tables = ("schedules", "schedule_fences", "jobs")
 
     def rows(conn: psycopg.Connection[Any]) -> list[Any]:
-        return [conn.execute(f"SELECT * FROM mig7_upgraded.{t} ORDER BY 1").fetchall()  # type: ignore[arg-type]
+        return [conn.execute(f"SELECT * FROM mig7_upgraded.{t} ORDER BY 1").fetchall()
                 for t in tables]
 
     with psycopg.connect(dsn, autocommit=True) as conn:

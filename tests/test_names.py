@@ -420,7 +420,7 @@ def _alembic_ini(db: Db) -> Config:
 
 
 def _with_x(cfg: Config, x: list[str]) -> Config:
-    cfg.cmd_opts = type("Opts", (), {"x": x})()  # type: ignore[assignment]
+    cfg.cmd_opts = type("Opts", (), {"x": x})()
     return cfg
 
 

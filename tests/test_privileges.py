@@ -147,7 +147,7 @@ def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles])
     with roles.connect(stranger) as conn:
         for call in [*API_CALLS, *HELPER_CALLS]:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")  # type: ignore[arg-type]
+                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")
         for table in TABLES:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
@@ -159,14 +159,14 @@ def test_a_client_calls_every_function_but_touches_no_table(shop: tuple[str, Rol
     dsn, roles = shop
     app = roles.login(client(dsn))
     with roles.connect(app) as conn:
-        answers = {call: conn.execute(f"SELECT * FROM {SCHEMA}.{call}").fetchall()  # type: ignore[arg-type]
+        answers = {call: conn.execute(f"SELECT * FROM {SCHEMA}.{call}").fetchall()
                    for call in API_CALLS}
         assert answers["schedule_claim_due('t', 'w', 10, 1000)"][0][6] == 1  # the token
         assert answers["schedule_complete('t', 1, 2000, 10, 'ok', 20)"] == [(True,)]
         assert answers["job_mark_dispatched('r', 'h', 'w')"] == [(False, True)]
         for call in HELPER_CALLS:  # helpers are not granted
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(f"SELECT {SCHEMA}.{call}")  # type: ignore[arg-type]
+                conn.execute(f"SELECT {SCHEMA}.{call}")
         before = _state(dsn)
         for table in TABLES:
             for template in TABLE_WRITES:
@@ -174,7 +174,7 @@ def test_a_client_calls_every_function_but_touches_no_table(shop: tuple[str, Rol
                     t=f"{SCHEMA}.{table}", c=FIRST_COLUMN[table]
                 )
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    conn.execute(statement)  # type: ignore[arg-type]
+                    conn.execute(statement)
     assert _state(dsn) == before
 
 
@@ -193,27 +193,27 @@ def test_look_alike_objects_on_the_callers_search_path_change_nothing(
         conn.execute("CREATE TABLE evil.jobs (run_id text, dispatch_at bigint)")
         conn.execute("CREATE TABLE evil.schedule_fences (id text, fencing_token bigint)")
         for schema in ("evil", "pg_temp"):
-            conn.execute(f"CREATE FUNCTION {schema}.now_ms() RETURNS bigint LANGUAGE sql"  # type: ignore[arg-type]
+            conn.execute(f"CREATE FUNCTION {schema}.now_ms() RETURNS bigint LANGUAGE sql"
                          " AS 'SELECT 0::bigint'")
-            conn.execute(f"CREATE FUNCTION {schema}.check_name(text, text) RETURNS void"  # type: ignore[arg-type]
+            conn.execute(f"CREATE FUNCTION {schema}.check_name(text, text) RETURNS void"
                          " LANGUAGE sql AS 'SELECT'")
-            conn.execute(f"CREATE FUNCTION {schema}.coalesce_(bigint) RETURNS bigint"  # type: ignore[arg-type]
+            conn.execute(f"CREATE FUNCTION {schema}.coalesce_(bigint) RETURNS bigint"
                          " LANGUAGE sql AS 'SELECT 0::bigint'")
         conn.execute("CREATE TEMP TABLE jobs (run_id text, dispatch_at bigint)")
         conn.execute("CREATE TEMP TABLE schedules (id text)")
-        conn.execute(f"SET search_path = pg_temp, evil, {SCHEMA}")  # type: ignore[arg-type]
+        conn.execute(f"SET search_path = pg_temp, evil, {SCHEMA}")
 
         # The store's own now_ms(), not a look-alike returning 0.
-        clock = conn.execute(f"SELECT {SCHEMA}.now_ms()").fetchone()  # type: ignore[arg-type]
+        clock = conn.execute(f"SELECT {SCHEMA}.now_ms()").fetchone()
         assert clock is not None and clock[0] > 1_700_000_000_000
         # check_name is the store's: a bad id is still rejected.
         with pytest.raises(psycopg.errors.InvalidParameterValue):
-            conn.execute(f"SELECT {SCHEMA}.job_schedule('', 0)")  # type: ignore[arg-type]
+            conn.execute(f"SELECT {SCHEMA}.job_schedule('', 0)")
         # Writes land in the store's tables; NULL now is the real clock.
-        conn.execute(f"SELECT {SCHEMA}.job_schedule('r', 5)")  # type: ignore[arg-type]
-        leased = conn.execute(f"SELECT * FROM {SCHEMA}.job_lease('h', NULL, 60000)").fetchone()  # type: ignore[arg-type]
+        conn.execute(f"SELECT {SCHEMA}.job_schedule('r', 5)")
+        leased = conn.execute(f"SELECT * FROM {SCHEMA}.job_lease('h', NULL, 60000)").fetchone()
         assert leased is not None and leased[3] > 1_700_000_000_000
-        row = conn.execute(f"SELECT * FROM {SCHEMA}.schedule_register('t', 'once', '1', 0, NULL)").fetchone()  # type: ignore[arg-type]
+        row = conn.execute(f"SELECT * FROM {SCHEMA}.schedule_register('t', 'once', '1', 0, NULL)").fetchone()
         assert row is not None and row[9] > 1_700_000_000_000
         assert conn.execute("SELECT count(*) FROM pg_temp.jobs").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM evil.jobs").fetchone() == (0,)
@@ -262,7 +262,7 @@ def test_a_read_only_monitoring_role(shop: tuple[str, Roles]) -> None:
             "GRANT SELECT ON ALL TABLES IN SCHEMA shop TO {r}",
             "GRANT EXECUTE ON FUNCTION shop.now_ms(), shop.schema_revision() TO {r}",
         ]:
-            admin.execute(sql.SQL(statement).format(r=sql.Identifier(monitor)))  # type: ignore[arg-type]
+            admin.execute(sql.SQL(statement).format(r=sql.Identifier(monitor)))
         admin.execute("SELECT shop.job_schedule('r', 0)")
     with roles.connect(monitor) as conn:
         assert conn.execute("SELECT run_id FROM shop.jobs").fetchall() == [("r",)]
@@ -293,14 +293,14 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
             "DROP TABLE shop.store_settings",
         ]:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(statement)
         conn.execute("CREATE TEMP TABLE store_settings (singleton boolean,"
                      " max_clock_skew_ms bigint)")
         conn.execute("INSERT INTO pg_temp.store_settings VALUES (true, NULL)")
         conn.execute("SET search_path = pg_temp, shop")
         conn.execute("SET pgstore.max_clock_skew_ms = 0")  # a GUC would be the client's
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="now must be within"):
-            conn.execute(f"SELECT * FROM shop.job_lease('h', {far}, 1000)")  # type: ignore[arg-type]
+            conn.execute(f"SELECT * FROM shop.job_lease('h', {far}, 1000)")
         assert conn.execute(  # the database clock is still fine
             "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
     with psycopg.connect(dsn) as admin:
@@ -313,8 +313,8 @@ def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Ro
     dsn, roles = shop
     monitor = roles.login()
     with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f"SELECT {SCHEMA}.job_schedule('m-due', 1)")  # type: ignore[arg-type]
-        admin.execute(f"SELECT {SCHEMA}.schedule_register('m', 'interval', '1000', 5, 0)")  # type: ignore[arg-type]
+        admin.execute(f"SELECT {SCHEMA}.job_schedule('m-due', 1)")
+        admin.execute(f"SELECT {SCHEMA}.schedule_register('m', 'interval', '1000', 5, 0)")
         ident = sql.Identifier(monitor)
         admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(SCHEMA), ident))
         for function in ("store_stats(bigint)", "job_list(text, bigint, integer)"):
@@ -323,15 +323,15 @@ def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Ro
     before = _state(dsn)
     with roles.connect(monitor) as conn:
         stats = conn.execute(
-            f"SELECT schedules, schedules_due, jobs_due, oldest_due_job_id"  # type: ignore[arg-type]
+            f"SELECT schedules, schedules_due, jobs_due, oldest_due_job_id"
             f" FROM {SCHEMA}.store_stats(100)"
         ).fetchone()
         assert stats == (1, 1, 1, "m-due")
-        listed = conn.execute(f"SELECT run_id, matching FROM {SCHEMA}.job_list('due', 100, 5)")  # type: ignore[arg-type]
+        listed = conn.execute(f"SELECT run_id, matching FROM {SCHEMA}.job_list('due', 100, 5)")
         assert listed.fetchall() == [("m-due", 1)]
         for call in ("job_lease('h', 10, 1000)", "schedule_list()", "job_cancel('m-due')"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")  # type: ignore[arg-type]
+                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")
         for table in TABLES:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql.SQL("SELECT * FROM {}.{}").format(

@@ -33,6 +33,7 @@ from pgstore import (
 )
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import RunContext, Scheduler
+from tests.conftest import present
 from tests.proxy import TcpProxy, tcp_proxy
 
 pytestmark = pytest.mark.slow
@@ -322,7 +323,7 @@ def _dispatch_through_an_outage(
         restored_at = time.monotonic()
         await _await_for("every d1 bot recalled", lambda: len(recalled) >= 6)
         await _await_for("d2 sending the others",
-                         lambda: all(producer.get(r).dispatched for r in run_ids[1::2]))
+                         lambda: all(present(producer.get(r)).dispatched for r in run_ids[1::2]))
         d1.stop()
         d2.stop()
         await asyncio.gather(first, second)

@@ -113,11 +113,11 @@ def test_lease_loss_on_postgres_told_and_stale_complete_rejected(
         # 2. a frozen holder (no renews) finishes late: its complete is rejected.
         original = slow._renew
 
-        async def frozen_renew(*args: Any) -> Any:
+        async def frozen_renew(id: str, fencing_token: int, lease_until: int) -> bool:
             await asyncio.to_thread(thawed.wait, 10)
-            return await original(*args)
+            return await original(id, fencing_token, lease_until)
 
-        slow._renew = frozen_renew  # type: ignore[method-assign]
+        slow._renew = frozen_renew
         clock.set(2_000)
         assert await slow.tick() == 1  # token 3
         clock.set(2_000 + lease)

@@ -118,7 +118,7 @@ def test_bad_arguments_raise_22023_naming_the_parameter(
     db.execute("SELECT job_lease('h', 0, 100000)")
     before = _state(db)
     with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
-        db.execute(f"SELECT * FROM {call}")  # type: ignore[arg-type]
+        db.execute(f"SELECT * FROM {call}")
     assert raised.value.sqlstate == "22023"
     assert param in (raised.value.diag.message_primary or "")
     assert _state(db) == before

@@ -167,7 +167,9 @@ def dispatcher_in_background() -> Iterator[Callable[[Dispatcher], _Background]]:
         background.thread.join(WAIT)
         assert not background.thread.is_alive(), "the dispatcher did not stop"
         assert background.error is None, background.error
-        background.dispatcher.store.close()  # type: ignore[attr-defined]
+        store = background.dispatcher.store
+        assert isinstance(store, PgJobStore), store  # what dispatcher_in_background is given
+        store.close()
 
 
 def test_typescript_example_against_the_store_and_a_python_dispatcher(
