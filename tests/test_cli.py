@@ -32,8 +32,9 @@ from pgstore.cli.commands import (
     main,
 )
 from pgstore.cli.status import status_text
-from pgstore.models import Job, ScheduleRecord, StoreStats
+from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreStats
 from tests.cli_support import job_gauges
+from tests.conftest import present
 
 HEAD = "pgstore_0008"
 # Nothing listens on port 1: the connection is refused at once.
@@ -694,15 +695,16 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
         store.register("a-due", "interval", "60000", now - 190_000)
         store.register("b-leased", "interval", "60000", now - 5_000)
         assert store.claim_due("b-leased", "host-b", None, 600_000) is not None
-        for id, kind, spec, next_at, last_at, last in [
+        finished: list[tuple[str, ScheduleKind, str, int | None, int, LastStatus]] = [
             ("c-ok", "interval", "60000", now + 42_000, now - 10_000, "ok"),
             ("d-error", "cron", "*/5 * * * *", now + 3_600_000, now - 130_000, "error"),
             ("e-done", "once", "60000", None, now - 7_200_000, "ok"),
-        ]:
-            store.register(id, kind, spec, now - 1_000)  # type: ignore[arg-type]
+        ]
+        for id, kind, spec, next_at, last_at, last in finished:
+            store.register(id, kind, spec, now - 1_000)
             claim = store.claim_due(id, "host-c", None, 60_000)
             assert claim is not None
-            patch = CompletePatch(next_at, last_at, last)  # type: ignore[arg-type]
+            patch = CompletePatch(next_at, last_at, last)
             assert store.complete(id, claim.fencing_token, patch)
         store.register("f-expired", "interval", "1000", now - 60_000)
         assert store.claim_due("f-expired", "host-f", now - 20_000, 5_000) is not None
@@ -1079,7 +1081,7 @@ def test_run_scheduler_until_sigterm(
     marks = _marks(dsn, schema)
     assert {mark_owner for *_, mark_owner in marks} == {owner}
     for task, outcome in [("tick", "ok"), ("boom", "error")]:
-        ran_tokens = sorted(token for kind, _, token, _ in marks if kind == task)  # type: ignore[type-var]
+        ran_tokens = sorted(present(token) for kind, _, token, _ in marks if kind == task)
         assert ran_tokens == list(range(1, len(ran_tokens) + 1)), task
         claimed = _messages(
             events, "pgstore.scheduler", rf"{who}: claimed {task} token (\d+) \(scheduled \d+\)"

@@ -198,14 +198,15 @@ def test_status_flags_schedules_whose_spec_does_not_parse(
     cli: Run, pgstore_database: str, pgstore_schema: str
 ) -> None:
     with PgScheduleStore(pgstore_database, schema=pgstore_schema) as store:
-        for id, kind, spec in [
+        records: list[tuple[str, ScheduleKind, str]] = [
             ("bad-cron", "cron", "61 * * * *"),
             ("bad-interval", "interval", "every minute"),
             ("bad-once", "once", "0"),
             ("good-cron", "cron", "0 3 * * *"),
             ("good-interval", "interval", "60000"),
-        ]:
-            store.register(id, kind, spec, NOW)  # type: ignore[arg-type]
+        ]
+        for id, kind, spec in records:
+            store.register(id, kind, spec, NOW)
     status, out, err = cli("status", "--dsn", pgstore_database, "--schema", pgstore_schema)
     assert (status, err) == (0, "")
     lines = out.splitlines()

@@ -18,6 +18,7 @@ import pytest
 from pgstore import InvalidArgument, MemoryScheduleStore
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.clock import FakeClock, utc_ms
+from tests.conftest import present
 
 
 def run(coro: Any) -> Any:
@@ -248,7 +249,7 @@ def test_async_handlers_run_on_the_loop() -> None:
 
     run(main())
     assert seen == [("async-task", True)]
-    assert store.get("async-task").last_status == "ok"  # type: ignore[union-attr]
+    assert present(store.get("async-task")).last_status == "ok"
 
 
 def test_concurrency_bounds_what_one_tick_claims() -> None:
