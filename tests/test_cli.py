@@ -85,8 +85,8 @@ def _assert_one_error_line(status: int, out: str, err: str) -> str:
     return lines[0]
 
 
-def _record(**changes: object) -> ScheduleRecord:
-    fields: dict[str, object] = {
+def _record(**changes: Any) -> ScheduleRecord:
+    fields: dict[str, Any] = {
         "id": "t",
         "kind": "interval",
         "spec": "1000",
@@ -99,7 +99,7 @@ def _record(**changes: object) -> ScheduleRecord:
         "updated_at": 0,
     }
     fields.update(changes)
-    return ScheduleRecord(**fields)  # type: ignore[arg-type]
+    return ScheduleRecord(**fields)
 
 
 # --- formatting, without a database -----------------------------------------
@@ -303,8 +303,8 @@ def test_console_script_and_python_m(
 JOB_HEADER = ["run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id"]
 
 
-def _job(**changes: object) -> Job:
-    fields: dict[str, object] = {
+def _job(**changes: Any) -> Job:
+    fields: dict[str, Any] = {
         "run_id": "r",
         "dispatch_at": 0,
         "lease_holder": None,
@@ -314,7 +314,7 @@ def _job(**changes: object) -> Job:
         "cancelled": False,
     }
     fields.update(changes)
-    return Job(**fields)  # type: ignore[arg-type]
+    return Job(**fields)
 
 
 def _job_rows(out: str) -> dict[str, dict[str, str]]:

@@ -17,7 +17,7 @@ import inspect
 import io
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,9 +257,13 @@ def _call_every_store_method(store: Any) -> None:
 def test_a_newline_in_a_name_runs_nothing(db: Db, template: str) -> None:
     before = db.snapshot()
     name = template.format(app=db.app)
-    for kwargs in ({"schema": name}, {"schema": "nl_ok", "client_role": name}):
+    attempts: list[Callable[[], object]] = [
+        lambda: migrate(db.dsn, schema=name),
+        lambda: migrate(db.dsn, schema="nl_ok", client_role=name),
+    ]
+    for attempt in attempts:
         with pytest.raises(InvalidArgument, match="control character"):
-            migrate(db.dsn, **kwargs)  # type: ignore[arg-type]
+            attempt()
     assert db.snapshot() == before
     assert current_revision(db.dsn, "nl_ok") is None
 

@@ -335,7 +335,8 @@ def _dispatch_through_an_outage(
     d2_store.close()
     pool.close()
     assert all(job is not None for job in final.values())
-    return final, recalled, sent, answers, restored_at  # type: ignore[return-value]
+    present_jobs = {run_id: job for run_id, job in final.items() if job is not None}
+    return present_jobs, recalled, sent, answers, restored_at
 
 
 def _assert_no_bot_left_behind(

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 )
 from psycopg import sql
 
-from pgstore import CompletePatch, InvalidArgument, MemoryScheduleStore, PgScheduleStore
+from pgstore import CompletePatch, InvalidArgument, LastStatus, MemoryScheduleStore, PgScheduleStore
 from pgstore.testing import drop_schema, install_schema
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ IDS = st.sampled_from(["a", "b", "c", "A", "ab"])
 OWNERS = st.sampled_from(["w1", "w2", "w3"])
 KINDS = st.sampled_from(["cron", "interval", "once"])
 SPECS = st.sampled_from(["1000", "5000", "0 * * * *"])
-STATUSES = st.sampled_from(["ok", "error"])
+STATUSES: st.SearchStrategy[LastStatus] = st.sampled_from(["ok", "error"])
 LEASES = st.integers(min_value=1, max_value=800)
 STEPS = st.integers(min_value=0, max_value=400)
 OFFSETS = st.integers(min_value=-300, max_value=600)
@@ -165,8 +165,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.both("renew", id, self.draw_token(data), self.draw_time(data))
 
     @rule(id=IDS, status=STATUSES, data=st.data())
-    def complete(self, id: str, status: str, data: st.DataObject) -> None:
-        patch = CompletePatch(self.draw_optional_time(data), self.draw_now(data), status)  # type: ignore[arg-type]
+    def complete(self, id: str, status: LastStatus, data: st.DataObject) -> None:
+        patch = CompletePatch(self.draw_optional_time(data), self.draw_now(data), status)
         self.both("complete", id, self.draw_token(data), patch, self.draw_now(data))
 
     @rule(id=IDS)

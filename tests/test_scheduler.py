@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -282,18 +283,23 @@ def test_lease_loss_tells_the_handler_and_its_complete_never_happens(
     fast = _scheduler(store, clock, owner="fast", lease_ms=lease)
     told = threading.Event()
 
+    handler: Callable[[RunContext], object]
     if handler_kind == "sync":
-        def handler(ctx: RunContext) -> None:
+        def blocking(ctx: RunContext) -> None:
             if ctx.owner == "slow":
                 told.set() if ctx.lease_lost.wait(10) else None
+
+        handler = blocking
     else:
-        async def handler(ctx: RunContext) -> None:  # type: ignore[misc]
+        async def awaiting(ctx: RunContext) -> None:
             if ctx.owner == "slow":
                 try:
                     await asyncio.sleep(10)
                 except asyncio.CancelledError:
                     told.set()
                     raise
+
+        handler = awaiting
 
     slow.every("report", 1_000, handler)
     fast.every("report", 1_000, handler)
@@ -320,7 +326,7 @@ def test_lease_loss_tells_the_handler_and_its_complete_never_happens(
 
 
 def test_a_complete_rejected_as_stale_is_logged_not_retried(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, clock = MemoryScheduleStore(), FakeClock(0)
     calls: list[str] = []
@@ -330,7 +336,7 @@ def test_a_complete_rejected_as_stale_is_logged_not_retried(
         calls.append("complete")
         return original(*args, **kwargs)
 
-    store.complete = counting_complete  # type: ignore[method-assign]
+    monkeypatch.setattr(store, "complete", counting_complete)
     sched = _scheduler(store, clock)
 
     @sched.every("report", 1_000)
