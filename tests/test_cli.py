@@ -1178,8 +1178,11 @@ def test_run_dispatcher_factory_until_sigint(
 def test_run_console_script_imports_from_the_current_directory(tmp_path: Path) -> None:
     """The console script's sys.path does not hold the current directory; run adds it."""
     (tmp_path / "memory_app.py").write_text(
+        "from pathlib import Path\n\n"
         "from pgstore import Dispatcher, MemoryJobStore\n\n"
-        "dispatcher = Dispatcher(MemoryJobStore(), lambda job: None, holder='mem-1',"
+        "store = MemoryJobStore()\n"
+        "store.schedule('ready', 0)\n"
+        "dispatcher = Dispatcher(store, lambda job: Path('ready').touch(), holder='mem-1',"
         " poll_interval=0.05)\n"
         "answer = 42\n"
     )
@@ -1197,7 +1200,12 @@ def test_run_console_script_imports_from_the_current_directory(tmp_path: Path) -
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err,
         )
     try:
-        time.sleep(1.0)
+        # The job due at 0 is dispatched once the run loop (and its SIGTERM handler) is
+        # up; a fixed sleep raced a slow start on a loaded machine.
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the dispatcher never dispatched 'ready'"
+            time.sleep(0.05)
         assert proc.poll() is None, (tmp_path / "err").read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
