@@ -1,7 +1,8 @@
 -- pgstore: the job store's table.
 --
--- The table is never pruned by the store: dispatched and cancelled jobs pile
--- up for reconciliation (job_list_dispatched). The lease path therefore reads
+-- The store never prunes the table on its own: dispatched and cancelled jobs
+-- are kept for reconciliation (job_list_dispatched) until the owner purges
+-- them (job_purge, by finished_at). The lease path reads
 -- a partial index that holds only the jobs still waiting to be dispatched, so
 -- its cost depends on the pending jobs, not on the history.
 --
@@ -19,15 +20,22 @@ CREATE TABLE jobs (
     worker_id    text,
     dispatched   boolean NOT NULL DEFAULT false,
     cancelled    boolean NOT NULL DEFAULT false,
-    lease_sequence bigint NOT NULL DEFAULT 0 CHECK (lease_sequence >= 0)
+    lease_sequence bigint NOT NULL DEFAULT 0 CHECK (lease_sequence >= 0),
+    finished_at  bigint
 ) WITH (fillfactor = 70);
 
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
     WHERE NOT dispatched AND NOT cancelled;
 
+-- What job_purge walks: finished jobs only, oldest first. Leases never change
+-- finished_at, so they stay HOT.
+CREATE INDEX jobs_finished_by_finished_at ON jobs (finished_at, run_id)
+    WHERE finished_at IS NOT NULL;
+
 COMMENT ON TABLE jobs IS
 'Delayed dispatch with holder leases ("send a bot into meeting R at 10:00"). '
-'Written only through the job_* functions; dispatched and cancelled jobs are kept.';
+'Written only through the job_* functions; dispatched and cancelled jobs are kept '
+'until job_purge deletes them.';
 COMMENT ON COLUMN jobs.dispatch_at IS
 'Epoch ms when the job is due; job_release moves it to the retry time.';
 COMMENT ON COLUMN jobs.lease_until IS
@@ -41,3 +49,9 @@ COMMENT ON COLUMN jobs.lease_sequence IS
 'Bumped by every job_lease (to at least token_floor()), so it grows with every lease '
 'of the job and never goes backwards, even across a promotion; 0 until the first lease. '
 '(run_id, lease_sequence) names one lease: an idempotency key for the provider call.';
+COMMENT ON COLUMN jobs.finished_at IS
+'Epoch ms (the database clock) when the job finished: set by job_mark_dispatched '
+'and by job_cancel of an undispatched job, once; NULL while the job waits. '
+'Jobs finished before pgstore_0009 got the time of that upgrade.';
+COMMENT ON INDEX jobs_finished_by_finished_at IS
+'The purge path: finished jobs only, oldest finished_at first.';

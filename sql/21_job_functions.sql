@@ -172,7 +172,8 @@ BEGIN
     -- or waits for it and then sees the job dispatched.
     UPDATE jobs j
        SET dispatched = true,
-           worker_id = p_worker_id
+           worker_id = p_worker_id,
+           finished_at = coalesce(j.finished_at, now_ms())
      WHERE j.run_id = p_run_id
        AND j.lease_holder = p_holder
        AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
@@ -192,7 +193,8 @@ COMMENT ON FUNCTION job_mark_dispatched(text, text, text, bigint) IS
 'dispatch can outlive its lease) with p_worker_id (NULL allowed): one row '
 '(cancelled, recorded). recorded = true when lease_holder = p_holder (and, when '
 'p_lease_sequence is given, lease_sequence = p_lease_sequence), and then '
-'cancelled says whether a cancel arrived (tell the bot to leave at once). '
+'cancelled says whether a cancel arrived (tell the bot to leave at once); '
+'finished_at is set to now unless a cancel set it already. '
 'Another holder (or lease) took the job, or it is gone: nothing changes, recorded = false, '
 'cancelled = the stored flag (false for a missing job). The lease is left as it is.';
 
@@ -255,7 +257,10 @@ BEGIN
     ELSIF v_dispatched THEN
         RETURN 'already_dispatched';
     ELSIF NOT v_cancelled THEN
-        UPDATE jobs SET cancelled = true WHERE run_id = p_run_id;
+        UPDATE jobs
+           SET cancelled = true,
+               finished_at = coalesce(finished_at, now_ms())
+         WHERE run_id = p_run_id;
     END IF;
     RETURN 'cancelled';
 END
@@ -263,7 +268,8 @@ $$;
 
 COMMENT ON FUNCTION job_cancel(text) IS
 'Cancels p_run_id: ''cancelled'' (also when it already was, and when a lease is '
-'live: its dispatcher learns it from job_mark_dispatched), ''already_dispatched'' '
+'live: its dispatcher learns it from job_mark_dispatched; the first cancel sets '
+'finished_at to now), ''already_dispatched'' '
 '(nothing changes: the caller tells the bot to leave), or ''missing''.';
 
 CREATE FUNCTION job_get(p_run_id text) RETURNS SETOF jobs
@@ -308,3 +314,52 @@ $$;
 
 COMMENT ON FUNCTION job_remove(text) IS
 'Deletes the job p_run_id. Unknown run_id: nothing.';
+
+CREATE FUNCTION job_purge(p_before bigint, p_limit integer) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now     bigint;
+    v_deleted bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_present('before', p_before);
+    IF p_before < 0 THEN
+        PERFORM raise_invalid('before must be a non-negative integer');
+    END IF;
+    PERFORM check_positive('limit', p_limit);
+    v_now := now_ms();
+
+    -- One statement. The walk reads the finished jobs' index, oldest first,
+    -- and locks what it deletes, skipping rows a concurrent call holds locked
+    -- (it never waits on a lease or a mark). A locked row is re-checked in its
+    -- newest version, so a job whose lease is live (a dispatcher still holds
+    -- a cancelled or dispatched job) is kept; a waiting job has no finished_at.
+    WITH gone AS (
+        DELETE FROM jobs j
+         WHERE j.run_id IN (
+                   SELECT c.run_id
+                     FROM jobs c
+                    WHERE c.finished_at IS NOT NULL
+                      AND c.finished_at < p_before
+                      AND (c.dispatched OR c.cancelled)
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                    ORDER BY c.finished_at, c.run_id
+                    LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*) INTO v_deleted FROM gone;
+    RETURN v_deleted;
+END
+$$;
+
+COMMENT ON FUNCTION job_purge(bigint, integer) IS
+'Deletes at most p_limit finished jobs (dispatched, or cancelled) whose finished_at '
+'< p_before, oldest first, and returns how many it deleted. Never a waiting job, '
+'nor one whose lease is live; rows locked by concurrent calls are skipped (a purge '
+'never waits on a lease, a mark or a cancel), so a short answer does not mean '
+'nothing is left. Call it until it returns less than p_limit. 22023: p_before NULL '
+'or negative, p_limit NULL or not positive. Not granted to the client role: it '
+'deletes history.';

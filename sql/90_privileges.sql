@@ -32,6 +32,7 @@ REVOKE ALL ON FUNCTION job_cancel(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_get(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_list_dispatched() FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_remove(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_purge(bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION store_stats(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_list(text, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_name(text, text) FROM PUBLIC;

@@ -429,6 +429,68 @@ def test_list_dispatched_returns_every_dispatched_job_by_run_id(jobs: JobStoreUn
     assert listed == [j for j in jobs.state() if j.dispatched]
 
 
+# --- purge ----------------------------------------------------------------------------------
+
+
+def _finished_and_waiting(jobs: JobStoreUnderTest) -> int:
+    """Dispatched "d", cancelled "c", cancelled under a live lease "cl", pending "p", leased
+    "l"; returns the store's clock after all of it (every finish lies before it)."""
+    s = jobs.store
+    clock = s.now_ms()
+    for run_id in ("d", "c", "cl", "l"):
+        s.schedule(run_id, clock - 60_000)
+    s.schedule("p", clock + 3_600_000)
+    leased = s.lease("h", None, 3_600_000)
+    assert leased is not None and leased.run_id == "c"
+    assert s.release("c", "h", clock - 60_000)  # "c" is cancelled unleased
+    assert s.cancel("c") == CancelResult.CANCELLED
+    for run_id in ("cl", "d", "l"):
+        taken = s.lease("h", None, 3_600_000)
+        assert taken is not None and taken.run_id == run_id
+    assert s.cancel("cl") == CancelResult.CANCELLED
+    assert s.mark_dispatched("d", "h", "w").recorded
+    assert s.release("d", "h", 1) is False  # dispatched: stays
+    return int(s.now_ms()) + 1
+
+
+def test_purge_deletes_only_finished_jobs_without_a_live_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    after = _finished_and_waiting(jobs)
+    kept = [j for j in jobs.state() if j.run_id in ("cl", "l", "p")]
+    # "d" was dispatched under a live lease: that lease still protects it.
+    assert s.purge(after, 100) == 1
+    assert [j.run_id for j in jobs.state()] == ["cl", "d", "l", "p"]
+    assert [j for j in jobs.state() if j.run_id != "d"] == kept
+
+
+def test_purge_honours_before_and_limit_oldest_first(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    clock = s.now_ms()
+    for run_id in ("a", "b", "c"):
+        s.schedule(run_id, clock + 3_600_000)
+        assert s.cancel(run_id) == CancelResult.CANCELLED
+    s.schedule("waiting", clock - 1)
+    assert s.purge(0, 10) == 0  # nothing finished before the epoch
+    assert s.purge(clock - 60_000, 10) == 0  # nor a minute before these cancels
+    assert len(jobs.state()) == 4
+    after = int(s.now_ms()) + 1
+    assert s.purge(after, 2) == 2
+    assert s.purge(after, 2) == 1
+    assert s.purge(after, 2) == 0
+    assert [j.run_id for j in jobs.state()] == ["waiting"]
+    assert s.purge(2**63 - 1, 2**31 - 1) == 0  # the largest arguments: fine, nothing finished
+
+
+def test_finished_at_is_not_moved_by_a_second_mark_or_cancel(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    clock = s.now_ms()
+    s.schedule("r", clock - 1)
+    assert s.cancel("r") == CancelResult.CANCELLED
+    after = int(s.now_ms()) + 1
+    assert s.cancel("r") == CancelResult.CANCELLED  # again, later: finished_at stays
+    assert s.purge(after, 10) == 1
+
+
 # --- the database clock ---------------------------------------------------------------------
 
 
@@ -480,6 +542,12 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("get", "run_id", (LONG,)),
     ("remove", "run_id", ("",)),
     ("remove", "run_id", (None,)),
+    ("purge", "before", (None, 10)),
+    ("purge", "before", (-1, 10)),
+    ("purge", "before", (-(2**63), 10)),
+    ("purge", "limit", (2**62, 0)),
+    ("purge", "limit", (2**62, -1)),
+    ("purge", "limit", (2**62, None)),
 ]
 
 
@@ -570,6 +638,10 @@ def test_lease_overflow_is_22003_and_changes_nothing(jobs: JobStoreUnderTest, me
         lambda s: s.mark_dispatched("live", "h", 7),
         lambda s: s.release("live", "h", -(2**63) - 1),
         lambda s: s.cancel(b"live"),
+        lambda s: s.purge(2**63, 10),
+        lambda s: s.purge(2**62, 2**31),
+        lambda s: s.purge(1.5, 10),
+        lambda s: s.purge(2**62, True),
     ],
 )
 def test_python_level_bad_values_raise_invalid_argument(

@@ -29,11 +29,19 @@ def _same_lease(job: Job, lease_sequence: int | None) -> bool:
     return lease_sequence is None or job.lease_sequence == lease_sequence
 
 
+def _lease_live(job: Job, at: int) -> bool:
+    """Someone holds ``job`` at ``at`` (lease_until > now)."""
+    return job.lease_until is not None and job.lease_until > at
+
+
 class MemoryJobStore:
     """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
+        #: finished_at by run_id (this process's clock): kept beside the jobs, as SQL keeps
+        #: the column beside the row, since ``Job`` does not carry it.
+        self._finished: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -115,6 +123,7 @@ class MemoryJobStore:
             if job.lease_holder != holder or not _same_lease(job, lease_sequence):
                 return MarkResult(cancelled=job.cancelled, recorded=False)
             self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
+            self._finished.setdefault(run_id, wall_clock_ms())
             return MarkResult(cancelled=job.cancelled, recorded=True)
 
     def release(
@@ -147,6 +156,7 @@ class MemoryJobStore:
             if job.dispatched:
                 return CancelResult.ALREADY_DISPATCHED
             self._jobs[run_id] = replace(job, cancelled=True)
+            self._finished.setdefault(run_id, wall_clock_ms())
             return CancelResult.CANCELLED
 
     def get(self, run_id: str) -> Job | None:
@@ -162,6 +172,25 @@ class MemoryJobStore:
         v.name("run_id", run_id)
         with self._lock:
             self._jobs.pop(run_id, None)
+            self._finished.pop(run_id, None)
+
+    def purge(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` finished jobs (dispatched, or cancelled) that finished
+        before ``before``, oldest first, never one whose lease is live; how many went."""
+        v.present_int("before", before)
+        if before < 0:
+            raise InvalidArgument("before must be a non-negative integer")
+        v.positive("limit", limit, maximum=v.INTEGER_MAX)
+        at = wall_clock_ms()
+        with self._lock:
+            finished = sorted(
+                (finished_at, run_id) for run_id, finished_at in self._finished.items()
+                if finished_at < before and not _lease_live(self._jobs[run_id], at)
+            )[:limit]
+            for _, run_id in finished:
+                del self._jobs[run_id]
+                del self._finished[run_id]
+            return len(finished)
 
     def forget(self, run_id: str) -> None:
         """Evict everything kept for ``run_id`` (for in-memory hosts, after

@@ -23,6 +23,7 @@ GET = Function("job_get", ("text",))
 LIST_DISPATCHED = Function("job_list_dispatched", ())
 REMOVE = Function("job_remove", ("text",))
 LIST = Function("job_list", ("text", "bigint", "integer"))
+PURGE = Function("job_purge", ("bigint", "integer"))
 
 
 def schedule(run_id: str, dispatch_at: int) -> Call[None]:
@@ -96,3 +97,11 @@ def list_jobs(filter: JobFilter, now: int | None, limit: int | None) -> Call[Job
     if isinstance(limit, int) and limit <= 0:
         v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
     return Call(LIST, (filter, now, limit), _rows.job_page)
+
+
+def purge(before: int, limit: int) -> Call[int]:
+    v.integer("before", before)
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    if isinstance(limit, int) and limit <= 0:
+        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+    return Call(PURGE, (before, limit), _rows.integer_value)

@@ -86,6 +86,14 @@ class PgJobStore(SyncStore):
         """Delete the job (unknown run_id: nothing)."""
         return self._runner.run(calls.remove(run_id))
 
+    def purge(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` finished jobs (dispatched, or cancelled) whose
+        ``finished_at`` is before ``before`` (epoch ms), oldest first; how many went.
+        Never a waiting job nor one whose lease is live; rows that concurrent calls hold
+        locked are skipped, so call it until it returns less than ``limit``. Needs EXECUTE
+        on ``job_purge``, which the client role lacks: connect as the schema's owner."""
+        return self._runner.run(calls.purge(before, limit))
+
 
 class AsyncPgJobStore(AsyncStore):
     """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
@@ -132,3 +140,6 @@ class AsyncPgJobStore(AsyncStore):
 
     async def remove(self, run_id: str) -> None:
         return await self._runner.run(calls.remove(run_id))
+
+    async def purge(self, before: int, limit: int) -> int:
+        return await self._runner.run(calls.purge(before, limit))
