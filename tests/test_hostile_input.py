@@ -146,13 +146,14 @@ def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
 
 # --- The SQL level -----------------------------------------------------------------
 
-#: Every function a client calls (the check_* helpers are internal and not granted).
+#: Every function a client calls, and job_purge, which only the owner runs (the check_*
+#: helpers are internal and not granted).
 SQL_FUNCTIONS = [
     "schedule_get", "schedule_register", "schedule_claim_due", "schedule_renew",
     "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
     "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
     "job_release", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
-    "now_ms", "schema_revision", "store_stats", "job_list",
+    "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
 ]
 
 STATE_SQL = """
@@ -466,6 +467,8 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "get": [run_ids],
     "list_dispatched": [],
     "remove": [run_ids],
+    "purge": [st.one_of(times, st.sampled_from([-1, -(2**63), 2**63 - 1, 2**63])),
+              st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
     "now_ms": [],
 }
 #: Methods that take no per-call value worth drawing (lifecycle).

@@ -105,6 +105,12 @@ JOB_NULL_CALLS = [
     ("job_cancel(repeat('r', 1025))", "run_id"),
     ("job_get(NULL)", "run_id"),
     ("job_remove(NULL)", "run_id"),
+    ("job_purge(NULL, 10)", "before"),
+    ("job_purge(-1, 10)", "before"),
+    ("job_purge(-9223372036854775808, 10)", "before"),
+    ("job_purge(9223372036854775807, NULL)", "limit"),
+    ("job_purge(9223372036854775807, 0)", "limit"),
+    ("job_purge(9223372036854775807, -2147483648)", "limit"),
 ]
 
 
@@ -138,8 +144,9 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     assert db.execute("SELECT job_schedule('meeting-R', 36000000)").fetchone() == ("",)
     assert db.execute("SELECT * FROM job_lease('dispatcher-1', 35999999, 30000)").fetchall() == []
     row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
-    # The lease sequence comes after the other columns; the first lease is 1.
-    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1)
+    # The lease sequence comes after the other columns (the first lease is 1), then
+    # finished_at (NULL while the job waits).
+    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1, None)
     assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
     assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
@@ -149,6 +156,38 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     db.execute("SELECT job_remove('meeting-R')")
     assert db.execute("SELECT * FROM job_get('meeting-R')").fetchall() == []
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("missing",)
+
+
+def test_job_purge_deletes_finished_jobs_only_and_hostile_calls_change_nothing(
+    db: psycopg.Connection[Any],
+) -> None:
+    clock = db.execute("SELECT now_ms()").fetchone()
+    assert clock is not None
+    db.execute("SELECT job_schedule(r, 0) FROM unnest(ARRAY['done', 'cancelled', 'held', 'waiting']) r")
+    db.execute("SELECT job_schedule('later', 9223372036854775807)")
+    assert db.execute("SELECT run_id FROM job_lease('h', NULL, 3600000)").fetchone() == ("cancelled",)
+    assert db.execute("SELECT job_release('cancelled', 'h', 0)").fetchone() == (True,)
+    assert db.execute("SELECT job_cancel('cancelled')").fetchone() == ("cancelled",)
+    assert db.execute("SELECT run_id FROM job_lease('h', 0, 1)").fetchone() == ("done",)
+    assert db.execute("SELECT recorded FROM job_mark_dispatched('done', 'h', 'w')").fetchone() == (True,)
+    assert db.execute("SELECT run_id FROM job_lease('h', NULL, 3600000)").fetchone() == ("held",)
+    assert db.execute("SELECT job_cancel('held')").fetchone() == ("cancelled",)  # lease live
+    finished = dict(db.execute("SELECT run_id, finished_at FROM jobs").fetchall())
+    assert finished["waiting"] is None and finished["later"] is None
+    assert all(finished[r] >= clock[0] for r in ("done", "cancelled", "held"))
+    before = _state(db)
+    for call in ("job_purge(NULL, 1)", "job_purge(-1, 1)", "job_purge(1, NULL)",
+                 "job_purge(1, 0)", "job_purge(1, -1)"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            db.execute(f"SELECT job_purge FROM {call}")  # type: ignore[arg-type]
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        db.execute("SELECT job_purge(1, 2147483648::bigint::integer)")
+    assert db.execute("SELECT job_purge(0, 2147483647)").fetchone() == (0,)
+    assert _state(db) == before
+    # The largest arguments: every finished job without a live lease, nothing else.
+    assert db.execute("SELECT job_purge(9223372036854775807, 2147483647)").fetchone() == (2,)
+    assert [r for (r,) in db.execute("SELECT run_id FROM jobs ORDER BY run_id")] == [
+        "held", "later", "waiting"]
 
 
 def test_job_lease_and_renew_overflow_raise_22003(db: psycopg.Connection[Any]) -> None:
