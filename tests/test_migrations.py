@@ -237,6 +237,62 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
         assert conn.execute("SELECT * FROM job_mark_dispatched('sent', 'h', 'bot')").fetchone() == (False, True)
 
 
+def test_upgrade_from_0008_stamps_finished_jobs_and_purges_them_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0009 adds jobs.finished_at: the jobs already dispatched or cancelled get the
+    upgrade's time, the waiting ones NULL; job_purge deletes only the finished ones,
+    is not granted to the client role, and the downgrade keeps the rows (without the
+    column) and leaves a catalog equal to 0008's."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig9_upgraded", "pgstore_0008")
+    migrate(dsn, "mig9_reference", "pgstore_0008")
+    client = f"mig9_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+
+    def jobs(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute("SELECT * FROM mig9_upgraded.jobs ORDER BY run_id").fetchall()
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig9_upgraded")
+        for run_id in ("cancelled", "held", "sent", "waiting"):
+            conn.execute("SELECT job_schedule(%s, 0)", (run_id,))
+        conn.execute("SELECT job_cancel('cancelled')")
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # held
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # sent
+        conn.execute("SELECT job_mark_dispatched('sent', 'h', 'bot')")
+        before = jobs(conn)
+        started = conn.execute("SELECT now_ms()").fetchone()
+
+    migrate(dsn, "mig9_upgraded", "pgstore_0009")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig9_upgraded")
+        ended = conn.execute("SELECT now_ms()").fetchone()
+        assert started is not None and ended is not None
+        after = jobs(conn)
+        assert [row[:-1] for row in after] == before  # the new column, last
+        stamped = {row[0]: row[-1] for row in after}
+        assert stamped["held"] is None and stamped["waiting"] is None
+        assert all(started[0] <= stamped[r] <= ended[0] for r in ("cancelled", "sent"))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT job_purge(0, 1)")
+        conn.execute("RESET ROLE")
+        assert conn.execute("SELECT job_purge(%s, 10)", (started[0],)).fetchone() == (0,)
+        assert conn.execute("SELECT job_purge(%s, 10)", (ended[0] + 1,)).fetchone() == (2,)
+        assert [row[0] for row in jobs(conn)] == ["held", "waiting"]
+        conn.execute("SELECT job_cancel('waiting')")  # finished_at set by the new job_cancel
+        remaining = jobs(conn)
+        assert [(row[0], row[-1] is None) for row in remaining] == [("held", True), ("waiting", False)]
+
+    downgrade(dsn, "mig9_upgraded", "pgstore_0008")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig9_upgraded") == catalog(conn, "mig9_reference")
+        assert conn.execute("SELECT mig9_upgraded.schema_revision()").fetchone() == ("pgstore_0008",)
+        assert jobs(conn) == [row[:-1] for row in remaining]
+    migrate(dsn, "mig9_upgraded", "pgstore_0009")
+    assert current_revision(dsn, "mig9_upgraded") == "pgstore_0009"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()
