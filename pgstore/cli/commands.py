@@ -11,6 +11,7 @@
     pgstore schedules [--dsn DSN] [--schema NAME]
     pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
     pgstore status    [--dsn DSN] [--schema NAME]
+    pgstore purge     [--dsn DSN] [--schema NAME] --older-than AGE [--batch N]
     pgstore run       MODULE:OBJECT [--log-level LEVEL]
 
 The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
@@ -48,6 +49,13 @@ functions (the client role), never SELECT on its tables.
 run, last run, lease and how long it has been due and unclaimed, then the
 number of jobs per state (pending, due, leased, dispatched, cancelled) and the
 oldest due job's lag. Its dispatched and cancelled counts scan the jobs table.
+
+``purge --older-than AGE`` (``pgstore.cli.purge``) deletes the jobs that
+finished (dispatched, or cancelled before their dispatch) more than ``AGE``
+(``7d``, ``12h``, ``30m``, ...) before the database clock's now, ``--batch``
+at a time (default 1000), one progress line per batch on stderr and the total
+on stdout. Unlike the other commands it needs EXECUTE on ``job_purge``, which
+the client role does not have: run it as the schema's owner.
 
 ``run MODULE:OBJECT`` (``pgstore.cli.app``) imports ``MODULE`` (the current
 directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
@@ -278,6 +286,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_purge(args: argparse.Namespace) -> int:
+    from pgstore.cli.purge import purge_in_batches
+    from pgstore.postgres.jobs import PgJobStore
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgJobStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            before = max(0, store.now_ms() - args.older_than)
+            total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
+        finally:
+            store.close()
+    print(
+        f"schema {args.schema!r}: purged {total} jobs finished before {format_instant(before)}"
+    )
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pgstore.cli.app import load_runtime, logging_to_stderr, serve
 
@@ -298,6 +325,24 @@ def _limit(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a count of jobs (0 or more): {text!r}")
     return value
+
+
+def _age(text: str) -> int:
+    from pgstore.cli.purge import age_ms
+
+    try:
+        return age_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _batch(text: str) -> int:
+    from pgstore.cli.purge import batch_size
+
+    try:
+        return batch_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -433,6 +478,35 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     status.set_defaults(run=_cmd_status)
+
+    purge = commands.add_parser(
+        "purge",
+        parents=[common],
+        help="delete jobs that finished longer ago than --older-than, in batches",
+        description=(
+            "Delete the jobs that finished (dispatched, or cancelled before their dispatch) "
+            "more than AGE before the database clock's now, by calls of job_purge of N jobs "
+            "each, until one deletes fewer than N. Waiting jobs and jobs whose lease is live "
+            "are never deleted; rows held locked at that moment are left for the next run. "
+            "One progress line per batch on stderr, the total on stdout. Needs EXECUTE on "
+            "job_purge (not granted to the client role): run it as the schema's owner."
+        ),
+    )
+    purge.add_argument(
+        "--older-than",
+        type=_age,
+        required=True,
+        metavar="AGE",
+        help="how long ago a job must have finished: a count and ms, s, m, h, d or w (e.g. 7d)",
+    )
+    purge.add_argument(
+        "--batch",
+        type=_batch,
+        default=1000,
+        metavar="N",
+        help="jobs deleted per call (per transaction; default: 1000)",
+    )
+    purge.set_defaults(run=_cmd_purge)
 
     run = commands.add_parser(
         "run",
