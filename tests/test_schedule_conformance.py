@@ -258,6 +258,24 @@ def test_tokens_never_go_backwards_across_delete_and_register(schedules: StoreUn
     assert seen[-1] == 12
 
 
+def test_a_purged_tombstone_reregistered_gets_a_higher_token(schedules: StoreUnderTest) -> None:
+    """Retention deletes a finished schedule's record (its tombstone), never its fence: the
+    id registered again is claimed with a token above every token it had before."""
+    s = schedules.store
+    s.register("t", "once", "0", 100, 10)
+    claim = s.claim_due("t", "w1", 100, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(None, 100, "ok"), 150)
+    tombstone = s.get("t")
+    assert tombstone is not None and tombstone.next_run_at is None
+    s.delete("t")  # the tombstone is purged
+    assert s.get("t") is None and schedules.fences()["t"] == claim.fencing_token
+    s.register("t", "once", "0", 200, 200)
+    again = s.claim_due("t", "w2", 200, LEASE)
+    assert again is not None and again.fencing_token > claim.fencing_token
+    assert s.complete("t", claim.fencing_token, CompletePatch(None, 300, "ok"), 300) is False
+
+
 def test_delete_unknown_is_a_no_op(schedules: StoreUnderTest) -> None:
     before = schedules.state()
     schedules.store.delete("ghost")
