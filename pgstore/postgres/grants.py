@@ -1,7 +1,9 @@
 """What the current schema grants its client role: one list, derived from the calls.
 
 Every function a store method calls is granted, and nothing else (the
-``check_*`` helpers are not): a test checks this list against ``pg_proc``.
+``check_*`` helpers are not), except those that only the owner runs
+(``OWNER_FUNCTIONS``: ``job_purge`` deletes history): a test checks both lists
+against ``pg_proc``.
 Revisions keep frozen lists of their own.
 """
 
@@ -12,10 +14,14 @@ from pgstore.postgres import job_calls as jobs
 from pgstore.postgres import schedule_calls as schedules
 from pgstore.schema.function import Function
 
-__all__ = ["CLIENT_FUNCTIONS"]
+__all__ = ["CLIENT_FUNCTIONS", "OWNER_FUNCTIONS"]
+
+#: SECURITY DEFINER functions granted to no client: only the owner (or a role the DBA
+#: grants EXECUTE) runs them.
+OWNER_FUNCTIONS: tuple[Function, ...] = (jobs.PURGE,)
 
 #: The functions the current schema grants the client role, in sql/ order: every
-#: SECURITY DEFINER function of the store plus ``now_ms`` (the store's clock).
+#: SECURITY DEFINER function of the store but OWNER_FUNCTIONS, plus ``now_ms`` (the store's clock).
 CLIENT_FUNCTIONS: tuple[Function, ...] = (
     common.SCHEMA_REVISION,
     common.NOW_MS,
