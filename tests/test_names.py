@@ -44,7 +44,7 @@ from pgstore import (
     PgScheduleStore,
 )
 from pgstore.cli.commands import main as cli_main
-from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.postgres.grants import CLIENT_FUNCTIONS, OWNER_FUNCTIONS
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import Scheduler
 from pgstore.schema.migrations import current_revision, downgrade, migrate
@@ -191,8 +191,9 @@ def _assert_store_in(db: Db, schema: str, role: str | None) -> None:
                 "SELECT bool_and(has_function_privilege(%s, p.oid, 'EXECUTE')),"
                 "       has_schema_privilege(%s, %s, 'USAGE')"
                 "  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                " WHERE n.nspname = %s AND p.prosecdef",
-                (role, role, schema, schema),
+                " WHERE n.nspname = %s AND p.prosecdef"
+                " AND p.proname <> ALL(%s)",  # job_purge: the owner's alone
+                (role, role, schema, schema, [f.name for f in OWNER_FUNCTIONS]),
             ).fetchone()
             assert granted == (True, True)
 
