@@ -170,6 +170,10 @@ class JobStore(Protocol):
     def remove(self, run_id: str) -> None:
         """Delete the job."""
 
+    def purge(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` finished jobs whose ``finished_at`` is before ``before``,
+        oldest first, never a waiting job nor one under a live lease; how many went."""
+
 
 class AsyncJobStore(Protocol):
     """``JobStore`` for asyncio: the same methods, awaited."""
@@ -203,3 +207,5 @@ class AsyncJobStore(Protocol):
     async def list_dispatched(self) -> list[Job]: ...
 
     async def remove(self, run_id: str) -> None: ...
+
+    async def purge(self, before: int, limit: int) -> int: ...

@@ -160,3 +160,6 @@ class LoopJobStore(_OnLoop):
 
     def remove(self, run_id: str) -> None:
         self._run(self.store.remove(run_id))
+
+    def purge(self, before: int, limit: int) -> int:
+        return self._run(self.store.purge(before, limit))

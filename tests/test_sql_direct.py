@@ -179,7 +179,7 @@ def test_job_purge_deletes_finished_jobs_only_and_hostile_calls_change_nothing(
     for call in ("job_purge(NULL, 1)", "job_purge(-1, 1)", "job_purge(1, NULL)",
                  "job_purge(1, 0)", "job_purge(1, -1)"):
         with pytest.raises(psycopg.errors.InvalidParameterValue):
-            db.execute(f"SELECT job_purge FROM {call}")  # type: ignore[arg-type]
+            db.execute(f"SELECT job_purge FROM {call}")
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         db.execute("SELECT job_purge(1, 2147483648::bigint::integer)")
     assert db.execute("SELECT job_purge(0, 2147483647)").fetchone() == (0,)

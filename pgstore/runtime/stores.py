@@ -152,3 +152,6 @@ class ThreadedJobStore:
 
     async def remove(self, run_id: str) -> None:
         await asyncio.to_thread(self.store.remove, run_id)
+
+    async def purge(self, before: int, limit: int) -> int:
+        return await asyncio.to_thread(self.store.purge, before, limit)
