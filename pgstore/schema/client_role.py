@@ -141,30 +141,35 @@ def ensure_role(conn: psycopg.Connection[Any], schema: str, role: str, adopt: bo
         _check_adoptable(role, found, schema, database)
 
 
+def _signature(schema: str, function: Function) -> sql.Composed:
+    """``"schema"."name"(type, ...)``: the function as GRANT and regprocedure name it."""
+    return sql.SQL("{}.{}({})").format(
+        sql.Identifier(schema),
+        sql.Identifier(function.name),
+        sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types),
+    )
+
+
+def _grant_execute(schema: str, function: Function, role: str) -> sql.Composed:
+    return sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+        _signature(schema, function), sql.Identifier(role)
+    )
+
+
 def grant_statements(
     schema: str, role: str, functions: Sequence[Function]
 ) -> list[sql.Composed]:
     """One ``GRANT`` per statement: USAGE on ``schema``, then EXECUTE on each function."""
-    nsp, who = sql.Identifier(schema), sql.Identifier(role)
-    statements = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, who)]
-    for function in functions:
-        arg_types = sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types)
-        statements.append(
-            sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
-                nsp, sql.Identifier(function.name), arg_types, who
-            )
-        )
-    return statements
+    usage = sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+        sql.Identifier(schema), sql.Identifier(role)
+    )
+    return [usage, *(_grant_execute(schema, function, role) for function in functions)]
 
 
 def executors(conn: psycopg.Connection[Any], schema: str, function: Function) -> list[str]:
     """The roles granted EXECUTE on ``function`` of ``schema``, other than its owner and
     PUBLIC (none when the function does not exist)."""
-    signature = sql.SQL("{}.{}({})").format(
-        sql.Identifier(schema),
-        sql.Identifier(function.name),
-        sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types),
-    )
+    signature = _signature(schema, function)
     rows = conn.execute(
         sql.SQL(
             "SELECT DISTINCT pg_get_userbyid(a.grantee)"
@@ -181,14 +186,8 @@ def grant_executors(
     conn: psycopg.Connection[Any], schema: str, function: Function, roles: Sequence[str]
 ) -> None:
     """Grant EXECUTE on ``function`` of ``schema`` to each of ``roles``, one statement each."""
-    arg_types = sql.SQL(", ").join(sql.SQL(t) for t in function.arg_types)
     for role in roles:
-        conn.execute(
-            sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
-                sql.Identifier(schema), sql.Identifier(function.name), arg_types,
-                sql.Identifier(role),
-            )
-        )
+        conn.execute(_grant_execute(schema, function, role))
 
 
 def grant(
