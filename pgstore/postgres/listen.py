@@ -154,7 +154,8 @@ class JobListener:
 
     A wake-up is only a hint; the caller still leases through ``job_lease`` and keeps
     polling. Bad payloads are ignored: nothing a notification carries raises out of
-    the listener or makes it reconnect.
+    the listener or makes it reconnect. ``on_connection`` hears of the connection:
+    ``None`` each time it LISTENs, the error (one line) each time it is lost.
     """
 
     def __init__(
@@ -165,8 +166,10 @@ class JobListener:
         horizon: float,
         log: logging.Logger,
         name: str = "dispatcher",
+        on_connection: Callable[[str | None], None] | None = None,
     ) -> None:
         self.name = name
+        self.on_connection = on_connection
         self.conninfo = conninfo
         self.schema = schema
         self.wakeups = Wakeups(wake, horizon)
@@ -186,12 +189,14 @@ class JobListener:
         log: logging.Logger,
         name: str = "dispatcher",
         conninfo: str | None = None,
+        on_connection: Callable[[str | None], None] | None = None,
     ) -> JobListener | None:
         """A listener for a PostgreSQL store (on ``conninfo``, else the store's database);
         None for stores without a database."""
         if not isinstance(store, (SyncStore, AsyncStore)):
             return None
-        return cls(conninfo or store.conninfo(), store.schema, wake, horizon, log, name)
+        return cls(conninfo or store.conninfo(), store.schema, wake, horizon, log, name,
+                   on_connection)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen())
@@ -213,6 +218,7 @@ class JobListener:
                 self.listening.clear()
                 self.log.warning("%s: job listener on %r: %s; polling until it reconnects",
                                  self.name, self.schema, exc)
+                self._tell(f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(RECONNECT_PAUSE)
 
     async def _listen_once(self) -> None:
@@ -231,10 +237,19 @@ class JobListener:
             assert row is not None
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(row[0]))))
             self.listening.set()
+            self._tell(None)
             # Jobs scheduled while the listener was not yet listening: look once.
             self.wakeups.hint(0)
             async for note in conn.notifies():
                 self._received(note.payload)
+
+    def _tell(self, error: str | None) -> None:
+        if self.on_connection is None:
+            return
+        try:
+            self.on_connection(error)
+        except Exception:
+            self.log.exception("%s: job listener's on_connection raised", self.name)
 
     def _received(self, payload: str) -> None:
         dispatch_at = parse_dispatch_at(payload)

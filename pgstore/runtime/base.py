@@ -14,6 +14,7 @@ in a thread pool).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -28,6 +29,17 @@ from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.protocols import AsyncJobStore, AsyncScheduleStore, JobStore, ScheduleStore
 from pgstore.runtime import signals as _signals
+from pgstore.runtime.events import (
+    Abandoned,
+    Claim,
+    ConnectionLost,
+    Event,
+    EventHub,
+    Reconnected,
+    RuntimeKind,
+    Stopping,
+    Subscriber,
+)
 from pgstore.runtime.transient import is_transient
 
 T = TypeVar("T")
@@ -71,6 +83,8 @@ class Runtime:
     """The claim / run / stop loop; subclasses say how to claim and run one piece."""
 
     log: logging.Logger
+    #: What this runtime's events name it.
+    kind: RuntimeKind
 
     def __init__(
         self,
@@ -83,7 +97,10 @@ class Runtime:
         poll_interval: float,
         grace_period: float,
         clock: Clock | None,
+        on_event: Subscriber | None = None,
     ) -> None:
+        if on_event is not None and not callable(on_event):
+            raise InvalidArgument("on_event must be callable")
         #: The store as given; ``_calls`` is the same store with every call awaitable.
         self.store = store
         self._calls = calls
@@ -99,6 +116,22 @@ class Runtime:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._events = EventHub(self.log)
+        if on_event is not None:
+            self._events.subscribe(on_event)
+
+    # --- events (pgstore.runtime.events) ------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Hand every later event of this runtime to ``subscriber`` (on the loop's
+        thread; see ``pgstore.runtime.events``); returns the function that stops it."""
+        if not callable(subscriber):
+            raise InvalidArgument("subscriber must be callable")
+        return self._events.subscribe(subscriber)
+
+    def emit(self, event: Event) -> None:
+        """Hand ``event`` to the subscribers (a subscriber that raises is only logged)."""
+        self._events.emit(event)
 
     # --- what subclasses provide -------------------------------------------------
 
@@ -167,11 +200,16 @@ class Runtime:
         while True:
             try:
                 await self._prepare()
+                if attempt:
+                    self.emit(Reconnected(runtime=self.kind, owner=self.owner,
+                                          component="store"))
                 return
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 attempt += 1
+                self.emit(ConnectionLost(runtime=self.kind, owner=self.owner, component="store",
+                                         error=f"{type(exc).__name__}: {exc}"))
                 pause = min(START_RETRY_FIRST * 2 ** min(attempt - 1, 32), START_RETRY_MAX)
                 pause *= random.uniform(0.5, 1.0)  # runtimes started together do not retry in step
                 self.log.warning("%s: start failed (attempt %d): %s: %s; retrying in %.2fs",
@@ -188,7 +226,14 @@ class Runtime:
         free = self.concurrency - len(self._running)
         if free <= 0 or self.stopping:
             return 0
-        pieces = await self._claim(free)
+        try:
+            pieces = await self._claim(free)
+        except Exception as exc:
+            self.emit(Claim(runtime=self.kind, owner=self.owner, outcome="error",
+                            error=f"{type(exc).__name__}: {exc}"))
+            raise
+        if not pieces:
+            self.emit(Claim(runtime=self.kind, owner=self.owner, outcome="empty"))
         for piece in pieces:
             task = asyncio.get_running_loop().create_task(piece)
             self._running.add(task)
@@ -261,10 +306,13 @@ class Runtime:
     async def _shutdown(self) -> None:
         self.log.info("%s: stopping; %d running, grace %.1fs", self.owner,
                       len(self._running), self.grace_period)
+        self.emit(Stopping(runtime=self.kind, owner=self.owner, running=len(self._running),
+                           grace_period=self.grace_period))
         if self._running:
             await asyncio.wait(set(self._running), timeout=self.grace_period)
         if self._running:
             self._abandoned = True
+            self.emit(Abandoned(runtime=self.kind, owner=self.owner, running=len(self._running)))
             self.log.warning("%s: grace period over; abandoning %d run(s), their leases "
                              "will expire", self.owner, len(self._running))
             for task in list(self._running):
@@ -280,7 +328,10 @@ class Runtime:
             return await fn(*args)
         assert self._executor is not None, "start() first"
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args))
+        # In the caller's context (contextvars), so a trace span open around the call
+        # is the parent of whatever the function opens in its thread.
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(self._executor, lambda: context.run(fn, *args))
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -42,15 +42,30 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
-from pgstore.models import Job
+from pgstore.models import Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
+from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, positive_seconds
-from pgstore.runtime.keeper import keep_lease
+from pgstore.runtime.events import (
+    Claim,
+    Complete,
+    ConnectionLost,
+    Dispatch,
+    HandlerRun,
+    LeaseLost,
+    Recall,
+    Reconnected,
+    Refused,
+    Release,
+    Renew,
+    Subscriber,
+)
+from pgstore.runtime.keeper import LostReason, keep_lease
 from pgstore.runtime.stores import as_async_job_store
 
 __all__ = ["Backoff", "Dispatcher"]
@@ -105,9 +120,12 @@ class Dispatcher(Runtime):
     ``listen=False`` turns wake-ups off; a conninfo string
     LISTENs there instead of on the store's database (behind PgBouncer in transaction
     mode, give it a direct connection to the server: LISTEN needs a session).
+    ``on_event`` is called with each event (``pgstore.runtime.events``; more with
+    ``subscribe``).
     """
 
     log = log
+    kind = "dispatcher"
 
     def __init__(
         self,
@@ -124,6 +142,7 @@ class Dispatcher(Runtime):
         clock: Clock | None = None,
         listen: bool | str = True,
         mark_timeout: float = MARK_TIMEOUT,
+        on_event: Subscriber | None = None,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -139,6 +158,7 @@ class Dispatcher(Runtime):
             poll_interval=poll_interval,
             grace_period=grace_period,
             clock=clock,
+            on_event=on_event,
         )
         self.dispatch = dispatch
         self.recall = recall
@@ -151,6 +171,7 @@ class Dispatcher(Runtime):
         self._attempts: dict[str, int] = {}
         self._listener: JobListener | None = None
         self._listen = listen
+        self._listener_lost = False
 
     @property
     def holder(self) -> str:
@@ -162,9 +183,21 @@ class Dispatcher(Runtime):
             self._listener = JobListener.for_store(
                 self.store, self.wake, self.poll_interval, log, self.holder,
                 conninfo=self._listen if isinstance(self._listen, str) else None,
+                on_connection=self._listener_connection,
             )
             if self._listener is not None:
                 self._listener.start()
+
+    def _listener_connection(self, error: str | None) -> None:
+        """The listener's news: listening (``None``), or its connection lost (why)."""
+        if error is not None:
+            self._listener_lost = True
+            self.emit(ConnectionLost(runtime="dispatcher", owner=self.holder,
+                                     component="listener", error=error))
+        elif self._listener_lost:
+            self._listener_lost = False
+            self.emit(Reconnected(runtime="dispatcher", owner=self.holder,
+                                  component="listener"))
 
     async def _shutdown(self) -> None:
         if self._listener is not None:
@@ -182,51 +215,110 @@ class Dispatcher(Runtime):
                 break
             log.info("%s: leased %s (due %s) until %s", self.holder, job.run_id,
                      job.dispatch_at, job.lease_until)
-            pieces.append(self._run(job, anchor))
+            self.emit(Claim(runtime="dispatcher", owner=self.holder, outcome="claimed",
+                            now=now, subject=job.run_id, token=job.lease_sequence,
+                            due_at=job.dispatch_at, lease_until=job.lease_until))
+            pieces.append(self._run(job, now, anchor))
         return pieces
 
-    async def _run(self, job: Job, anchor: float) -> None:
+    async def _run(self, job: Job, leased_at: int, anchor: float) -> None:
+        lateness_ms = leased_at - job.dispatch_at
+        with tracing.span("pgstore.dispatch", {
+            "pgstore.owner": self.holder, "pgstore.run_id": job.run_id,
+            "pgstore.lease_sequence": job.lease_sequence,
+            "pgstore.dispatch_at": job.dispatch_at, "pgstore.lateness_ms": lateness_ms,
+        }) as span:
+            self.emit(Dispatch(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                               token=job.lease_sequence, dispatch_at=job.dispatch_at,
+                               now=leased_at, lateness_ms=lateness_ms))
+            outcome = await self._dispatch_and_mark(job, anchor)
+            span.set_attribute("pgstore.outcome", outcome)
+
+    async def _dispatch_and_mark(self, job: Job, anchor: float) -> str:
+        """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
+        or ``released``)."""
         keeper = asyncio.ensure_future(self._keeper(job, anchor))
+        started = time.monotonic()
+
+        def ran(outcome: Literal["ok", "error", "abandoned"]) -> None:
+            self.emit(HandlerRun(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                                 token=job.lease_sequence, outcome=outcome,
+                                 duration_s=time.monotonic() - started))
+
         try:
             try:
                 result = await self.call_user(self.dispatch, job)
             except asyncio.CancelledError:
                 log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
                             self.holder, job.run_id)
+                ran("abandoned")
                 raise
             except Exception:
+                ran("error")
                 keeper.cancel()
                 await self._retry_later(job)
-                return
+                return "released"
+            ran("ok")
             worker_id = None if result is None else str(result)
-            mark = await self._mark_dispatched(job, worker_id)
+            mark, attempts = await self._mark_dispatched(job, worker_id)
         finally:
             keeper.cancel()
+        reason: Literal["cancelled", "taken", "unrecorded"]
         if mark is None:
+            self._completed(job, "failed", attempts, worker_id)
             why = f"not recorded within mark_timeout ({self.mark_timeout:g}s)"
+            reason = "unrecorded"
         else:
             self._attempts.pop(job.run_id, None)
             if mark.recorded and not mark.cancelled:
+                self._completed(job, "completed", attempts, worker_id)
                 log.info("%s: dispatched %s to %s", self.holder, job.run_id, worker_id)
-                return
+                return "completed"
+            if mark.recorded:
+                self._completed(job, "cancelled", attempts, worker_id)
+            else:
+                self._completed(job, "rejected", attempts, worker_id)
+                self.emit(Refused(runtime="dispatcher", owner=self.holder,
+                                  operation="mark_dispatched", subject=job.run_id,
+                                  token=job.lease_sequence))
             why = "cancelled meanwhile" if mark.cancelled else "lease taken by another holder"
+            reason = "cancelled" if mark.cancelled else "taken"
         log.warning("%s: %s: %s; recalling %s", self.holder, job.run_id, why, worker_id)
+        recalled: Literal["ok", "error", "none"] = "none"
         if self.recall is not None:
             try:
                 await self.call_user(self.recall, job, worker_id)
+                recalled = "ok"
             except Exception:
+                recalled = "error"
                 log.exception("%s: recall of %s (%s) raised", self.holder, job.run_id,
                               worker_id)
+        self.emit(Recall(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                         token=job.lease_sequence, worker_id=worker_id, reason=reason,
+                         outcome=recalled))
+        return "failed" if mark is None else ("cancelled" if mark.recorded else "rejected")
 
-    async def _mark_dispatched(self, job: Job, worker_id: str | None) -> Any:
-        """The mark's answer, retried while it fails for up to ``mark_timeout`` seconds
-        (an attempt in flight is never cut short: it may commit); None past that."""
+    def _completed(
+        self, job: Job, outcome: Literal["completed", "cancelled", "rejected", "failed"],
+        attempts: int, worker_id: str | None,
+    ) -> None:
+        self.emit(Complete(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                           token=job.lease_sequence, outcome=outcome, attempts=attempts,
+                           worker_id=worker_id))
+
+    async def _mark_dispatched(
+        self, job: Job, worker_id: str | None
+    ) -> tuple[MarkResult | None, int]:
+        """The mark's answer and how many attempts it took, retried while it fails for up
+        to ``mark_timeout`` seconds (an attempt in flight is never cut short: it may
+        commit); None for the answer past that."""
         give_up_at = time.monotonic() + self.mark_timeout
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._mark(job.run_id, self.holder, worker_id, *_fence(job))
+                answer = await self._mark(job.run_id, self.holder, worker_id, *_fence(job))
+                return answer, attempt
             except Exception as exc:
                 left = give_up_at - time.monotonic()
                 log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
@@ -235,7 +327,7 @@ class Dispatcher(Runtime):
                 if left <= 0:
                     log.error("%s: %s sent to %s but not recorded after %d attempt(s)",
                               self.holder, job.run_id, worker_id, attempt)
-                    return None
+                    return None, attempt
                 await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
 
     async def _retry_later(self, job: Job) -> None:
@@ -243,27 +335,56 @@ class Dispatcher(Runtime):
         self._attempts[job.run_id] = attempt
         log.exception("%s: dispatch of %s failed (attempt %d)", self.holder, job.run_id,
                       attempt)
+        retry_at: int | None = None
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
             released = await self._release(job.run_id, self.holder, retry_at, *_fence(job))
         except Exception:
             log.exception("%s: release of %s failed; its lease will expire", self.holder,
                           job.run_id)
+            self._released(job, attempt, None, "error")
             return
         if released:
             log.info("%s: released %s for a retry at %s", self.holder, job.run_id, retry_at)
+            self._released(job, attempt, retry_at, "released")
         else:
             log.warning("%s: release of %s refused: no longer held", self.holder, job.run_id)
+            self._released(job, attempt, retry_at, "refused")
+            self.emit(Refused(runtime="dispatcher", owner=self.holder, operation="release",
+                              subject=job.run_id, token=job.lease_sequence))
+
+    def _released(
+        self, job: Job, attempt: int, retry_at: int | None,
+        outcome: Literal["released", "refused", "error"],
+    ) -> None:
+        self.emit(Release(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                          token=job.lease_sequence, attempt=attempt, retry_at=retry_at,
+                          outcome=outcome))
 
     def _keeper(self, job: Job, anchor: float) -> Coroutine[Any, Any, None]:
         """The shared keeper for one job, from its lease until its mark has an answer."""
 
         async def renew() -> bool:
-            now = await self.now()
-            return bool(await self._renew(job.run_id, self.holder, now, self.lease_ms,
-                                          *_fence(job)))
+            try:
+                now = await self.now()
+                renewed = bool(await self._renew(job.run_id, self.holder, now, self.lease_ms,
+                                                 *_fence(job)))
+            except Exception as exc:
+                self.emit(Renew(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                                token=job.lease_sequence, outcome="error",
+                                error=f"{type(exc).__name__}: {exc}"))
+                raise
+            self.emit(Renew(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                            token=job.lease_sequence,
+                            outcome="renewed" if renewed else "refused"))
+            if not renewed:
+                self.emit(Refused(runtime="dispatcher", owner=self.holder, operation="renew",
+                                  subject=job.run_id, token=job.lease_sequence))
+            return renewed
 
-        def lost(reason: str) -> None:
+        def lost(reason: LostReason) -> None:
+            self.emit(LeaseLost(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                                token=job.lease_sequence, reason=reason))
             log.warning("%s: %s lease lost (%s); mark_dispatched will tell whether to "
                         "recall", self.holder, job.run_id, reason)
 

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final, Literal
 
 #: The share of the lease kept as a margin: a keeper whose renews fail declares the
 #: lease lost at ``(1 - MARGIN) * lease`` after the last successful renew (or the claim).
@@ -28,8 +29,9 @@ MARGIN = 0.2
 RETRY_PAUSE_MAX = 1.0
 
 #: Why a keeper ended a run: the store said no, or the deadline passed without a renew.
-REFUSED = "refused"
-EXPIRED = "expired"
+LostReason = Literal["refused", "expired"]
+REFUSED: Final = "refused"
+EXPIRED: Final = "expired"
 
 
 async def keep_lease(
@@ -40,7 +42,7 @@ async def keep_lease(
     what: str,
     owner: str,
     log: logging.Logger,
-    on_lost: Callable[[str], None],
+    on_lost: Callable[[LostReason], None],
 ) -> None:
     """Renew a lease until cancelled; call ``on_lost(REFUSED | EXPIRED)`` if it is lost.
 

@@ -36,13 +36,24 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.models import ClaimResult, CompletePatch, LastStatus, ScheduleKind
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
+from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, is_async_callable
+from pgstore.runtime.events import (
+    Claim,
+    Complete,
+    HandlerRun,
+    LeaseLost,
+    Refused,
+    Registered,
+    Renew,
+    Subscriber,
+)
 from pgstore.runtime.keeper import keep_lease
 from pgstore.runtime.occurrences import CronSpec, cron_spec, next_cron, next_interval
 from pgstore.runtime.stores import as_async_schedule_store
@@ -115,10 +126,12 @@ class Scheduler(Runtime):
 
     ``owner`` names this process in leases (default ``scheduler@host:pid``).
     ``clock`` (epoch ms) defaults to the store's clock. ``poll_interval`` and
-    ``grace_period`` are seconds.
+    ``grace_period`` are seconds. ``on_event`` is called with each event
+    (``pgstore.runtime.events``; more with ``subscribe``).
     """
 
     log = log
+    kind = "scheduler"
 
     def __init__(
         self,
@@ -130,6 +143,7 @@ class Scheduler(Runtime):
         poll_interval: float = 1.0,
         grace_period: float = 10.0,
         clock: Clock | None = None,
+        on_event: Subscriber | None = None,
     ) -> None:
         schedules = as_async_schedule_store(store)
         super().__init__(
@@ -141,6 +155,7 @@ class Scheduler(Runtime):
             poll_interval=poll_interval,
             grace_period=grace_period,
             clock=clock,
+            on_event=on_event,
         )
         self.tasks: dict[str, Task] = {}
         self._register = schedules.register
@@ -220,6 +235,9 @@ class Scheduler(Runtime):
             )
             log.info("%s: registered %s (%s %s), next run at %s", self.owner, task.id,
                      task.kind, task.spec, record.next_run_at)
+            self.emit(Registered(runtime="scheduler", owner=self.owner, task_id=task.id,
+                                 kind=task.kind, spec=task.spec,
+                                 next_run_at=record.next_run_at))
 
     async def _claim(self, free: int) -> list[Any]:
         if not self.tasks:
@@ -232,6 +250,10 @@ class Scheduler(Runtime):
         for claim in claims:
             log.info("%s: claimed %s token %d (scheduled %s)", self.owner, claim.record.id,
                      claim.fencing_token, claim.record.next_run_at)
+            self.emit(Claim(runtime="scheduler", owner=self.owner, outcome="claimed", now=now,
+                            subject=claim.record.id, token=claim.fencing_token,
+                            due_at=claim.record.next_run_at,
+                            lease_until=claim.record.lease_until))
         return [self._run(claim, now, anchor) for claim in claims]
 
     async def _run(self, claim: ClaimResult, claimed_at: int, anchor: float) -> None:
@@ -239,24 +261,14 @@ class Scheduler(Runtime):
         scheduled = claim.record.next_run_at
         assert scheduled is not None  # claim_due only claims due records
         ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner)
-        work = asyncio.ensure_future(self._call_handler(task, ctx))
-        keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
-        status: LastStatus = "ok"
         started = time.monotonic()
-        try:
-            await work
-        except asyncio.CancelledError:
-            # The keeper cancels an async handler whose lease was lost; any other
-            # cancellation is the runtime abandoning its work: let it through.
-            if not (ctx.lease_lost.is_set() and work.cancelled()):
-                log.warning("%s: %s token %d abandoned at stop; its lease will expire",
-                            self.owner, task.id, ctx.fencing_token)
-                raise
-        except Exception:
-            status = "error"
-            log.exception("%s: %s token %d raised", self.owner, task.id, ctx.fencing_token)
-        finally:
-            keeper.cancel()
+        with tracing.span("pgstore.schedule.run", {
+            "pgstore.owner": self.owner, "pgstore.task_id": task.id,
+            "pgstore.fencing_token": ctx.fencing_token, "pgstore.scheduled_at": scheduled,
+        }) as span:
+            status = await self._run_handler(task, ctx, anchor)
+            span.set_attribute("pgstore.outcome", "lease_lost" if ctx.lease_lost.is_set()
+                               else status)
         if ctx.lease_lost.is_set():
             log.warning("%s: %s token %d lost its lease; not completing", self.owner,
                         task.id, ctx.fencing_token)
@@ -284,7 +296,10 @@ class Scheduler(Runtime):
         else:
             log.error("%s: %s token %d ran but was not completed; the lease will expire "
                       "and it may run again", self.owner, task.id, ctx.fencing_token)
+            self._completed(ctx, "failed", COMPLETE_ATTEMPTS, status, None)
             return
+        self._completed(ctx, "completed" if completed else "rejected", attempt, status,
+                        patch.next_run_at)
         if completed:
             log.info("%s: completed %s token %d %s, next run at %s", self.owner, task.id,
                      ctx.fencing_token, status, patch.next_run_at)
@@ -295,6 +310,46 @@ class Scheduler(Runtime):
         else:
             log.warning("%s: complete of %s token %d rejected: stale claim", self.owner,
                         task.id, ctx.fencing_token)
+            self.emit(Refused(runtime="scheduler", owner=self.owner, operation="complete",
+                              subject=task.id, token=ctx.fencing_token))
+
+    def _completed(
+        self, ctx: RunContext, outcome: Literal["completed", "rejected", "failed"],
+        attempts: int, status: LastStatus, next_run_at: int | None,
+    ) -> None:
+        self.emit(Complete(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
+                           token=ctx.fencing_token, outcome=outcome, attempts=attempts,
+                           status=status, next_run_at=next_run_at))
+
+    async def _run_handler(self, task: Task, ctx: RunContext, anchor: float) -> LastStatus:
+        """Run the handler under its keeper; ``error`` when it raised, else ``ok``."""
+        work = asyncio.ensure_future(self._call_handler(task, ctx))
+        keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
+        status: LastStatus = "ok"
+        started = time.monotonic()
+
+        def ran(outcome: Literal["ok", "error", "lease_lost", "abandoned"]) -> None:
+            self.emit(HandlerRun(runtime="scheduler", owner=self.owner, subject=task.id,
+                                 token=ctx.fencing_token, outcome=outcome,
+                                 duration_s=time.monotonic() - started))
+
+        try:
+            await work
+        except asyncio.CancelledError:
+            # The keeper cancels an async handler whose lease was lost; any other
+            # cancellation is the runtime abandoning its work: let it through.
+            if not (ctx.lease_lost.is_set() and work.cancelled()):
+                log.warning("%s: %s token %d abandoned at stop; its lease will expire",
+                            self.owner, task.id, ctx.fencing_token)
+                ran("abandoned")
+                raise
+        except Exception:
+            status = "error"
+            log.exception("%s: %s token %d raised", self.owner, task.id, ctx.fencing_token)
+        finally:
+            keeper.cancel()
+        ran("lease_lost" if ctx.lease_lost.is_set() else status)
+        return status
 
     async def _call_handler(self, task: Task, ctx: RunContext) -> None:
         if _takes_context(task.handler):
@@ -308,10 +363,26 @@ class Scheduler(Runtime):
         """The shared keeper for one run: on a lost lease, tell the handler."""
 
         async def renew() -> bool:
-            now = await self.now()
-            return bool(await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms))
+            try:
+                now = await self.now()
+                renewed = bool(await self._renew(ctx.task_id, ctx.fencing_token,
+                                                 now + self.lease_ms))
+            except Exception as exc:
+                self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
+                                token=ctx.fencing_token, outcome="error",
+                                error=f"{type(exc).__name__}: {exc}"))
+                raise
+            self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
+                            token=ctx.fencing_token,
+                            outcome="renewed" if renewed else "refused"))
+            if not renewed:
+                self.emit(Refused(runtime="scheduler", owner=self.owner, operation="renew",
+                                  subject=ctx.task_id, token=ctx.fencing_token))
+            return renewed
 
-        def lost(reason: str) -> None:
+        def lost(reason: Literal["refused", "expired"]) -> None:
+            self.emit(LeaseLost(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
+                                token=ctx.fencing_token, reason=reason))
             ctx.lease_lost.set()
             cancel = is_async_callable(self.tasks[ctx.task_id].handler)
             log.warning("%s: %s token %d lease lost (%s); %s", self.owner, ctx.task_id,

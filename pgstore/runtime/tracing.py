@@ -1,0 +1,68 @@
+"""OpenTelemetry spans around each handler run and each dispatch, when it is installed.
+
+With ``opentelemetry-api`` importable (the ``otel`` extra), the Scheduler opens a
+span ``pgstore.schedule.run`` around each handler run and the Dispatcher a span
+``pgstore.dispatch`` around each dispatch (``dispatch(job)``, its mark and any
+recall), through the tracer the application configured (``opentelemetry-sdk``
+and an exporter are the application's choice; without them the API's tracer is
+a no-op). Attributes name the work and its lease:
+
+* ``pgstore.owner``, the runtime's owner / holder;
+* schedule runs: ``pgstore.task_id``, ``pgstore.fencing_token``,
+  ``pgstore.scheduled_at``;
+* dispatches: ``pgstore.run_id``, ``pgstore.lease_sequence``,
+  ``pgstore.dispatch_at``, ``pgstore.lateness_ms``;
+* at the end: ``pgstore.outcome`` (as in the ``HandlerRun`` / ``Complete``
+  events), and an error status with the exception when the handler raised.
+
+A plain (thread-pool) handler runs in the span's context, so spans it opens are
+children of the run's. Without the package, ``span()`` is a context manager
+that does nothing (no import, no allocation beyond one shared object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+try:
+    from opentelemetry import trace as _trace
+except ImportError:  # the otel extra is not installed: spans cost nothing
+    _trace = None  # type: ignore[assignment]
+
+__all__ = ["ENABLED", "SpanLike", "span"]
+
+#: True when ``opentelemetry-api`` was importable: spans are opened.
+ENABLED = _trace is not None
+
+#: The instrumentation scope the spans are created under.
+TRACER_NAME = "pgstore"
+
+
+class SpanLike(Protocol):
+    """What the runtime does with a span: set attributes on it."""
+
+    def set_attribute(self, key: str, value: Any) -> object: ...
+
+
+class _NoSpan:
+    __slots__ = ()
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+@contextmanager
+def span(name: str, attributes: Mapping[str, str | int]) -> Iterator[SpanLike]:
+    """A span ``name`` with ``attributes``, current while the block runs (exceptions
+    recorded on it and re-raised); a no-op without opentelemetry-api."""
+    if _trace is None:
+        yield _NO_SPAN
+        return
+    tracer = _trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(name, attributes=dict(attributes)) as current:
+        yield current
