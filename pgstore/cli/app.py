@@ -11,6 +11,12 @@ what ``run_sync()`` does): it stops claiming, gives running work its grace
 period, and abandons the rest (their leases expire). Then the runtime's store
 is closed (only a pool the store opened itself; borrowed connections and pools
 stay open) in the same event loop, which an asyncio store's pool needs.
+
+With ``metrics_port`` (``--metrics-port N``), the runtime's events are counted
+and ``store_stats()`` read (``pgstore.runtime.metrics``) into the default
+Prometheus registry, served at ``http://ADDR:N/metrics`` while the runtime runs:
+a sync store's gauges are read at each scrape, an asyncio store's every
+``stats_interval`` seconds (or a sync one's, when given).
 """
 
 from __future__ import annotations
@@ -24,15 +30,20 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pgstore.errors import PgStoreError
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import Scheduler
 
-__all__ = ["LOG_FORMAT", "AppError", "load_runtime", "logging_to_stderr", "serve"]
+__all__ = ["LOG_FORMAT", "AppError", "MetricsOptions", "load_runtime", "logging_to_stderr",
+           "serve"]
+
+#: The interval of an asyncio store's gauges when ``--stats-interval`` is not given.
+ASYNC_STATS_INTERVAL = 15.0
 
 #: One line per event: ``2024-05-01T12:00:00.123Z INFO pgstore.scheduler: message``.
 LOG_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
@@ -166,17 +177,88 @@ async def _close(store: object) -> None:
         await asyncio.to_thread(close)
 
 
-async def _run_then_close(runtime: AppRuntime) -> None:
+@dataclass(frozen=True)
+class MetricsOptions:
+    """``--metrics-port``, ``--metrics-addr``, ``--stats-interval`` (None: at each
+    scrape for a sync store, ``ASYNC_STATS_INTERVAL`` for an asyncio one)."""
+
+    port: int
+    addr: str = "0.0.0.0"
+    stats_interval: float | None = None
+
+
+class _Metrics:
+    """The metrics of one ``pgstore run``: counters subscribed, gauges registered, the
+    HTTP server started; ``poll()`` the interval reader (if any), ``close()`` undoes."""
+
+    def __init__(self, runtime: AppRuntime, options: MetricsOptions) -> None:
+        try:
+            from prometheus_client import REGISTRY, start_http_server
+
+            from pgstore.runtime import metrics
+        except ImportError as exc:
+            raise AppError(f"--metrics-port needs prometheus_client ({exc}): "
+                           "pip install 'pgstore[metrics]'") from None
+        self._poll: Callable[[], Awaitable[None]] | None = None
+        self._registry = REGISTRY
+        self._unsubscribe = metrics.RuntimeMetrics(REGISTRY).observe(runtime)
+        stats = getattr(runtime.store, "stats", None)
+        self._collector: metrics.StoreStatsCollector | None = None
+        if stats is not None:
+            asynchronous = inspect.iscoroutinefunction(stats)
+            interval = options.stats_interval
+            if interval is None and not asynchronous:
+                self._collector = metrics.StoreStatsCollector(stats)
+            else:
+                self._collector = metrics.StoreStatsCollector()
+                every = ASYNC_STATS_INTERVAL if interval is None else interval
+                read = stats if asynchronous else lambda: asyncio.to_thread(stats)
+                collector = self._collector
+                self._poll = lambda: metrics.poll_store_stats(collector, read, every)
+            REGISTRY.register(self._collector)
+        try:
+            self._server, _ = start_http_server(options.port, options.addr, REGISTRY)
+        except OSError as exc:
+            self.close()
+            raise AppError(f"--metrics-port {options.port}: {exc}") from None
+        host, port = self._server.server_address[:2]
+        log.info("metrics at http://%s:%d/metrics", host, port)
+
+    def poll(self) -> Awaitable[None] | None:
+        return None if self._poll is None else self._poll()
+
+    def close(self) -> None:
+        server = getattr(self, "_server", None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        self._unsubscribe()
+        if self._collector is not None:
+            self._registry.unregister(self._collector)
+
+
+async def _run_then_close(runtime: AppRuntime, metrics: _Metrics | None) -> None:
+    poll = None if metrics is None else metrics.poll()
+    poller = None if poll is None else asyncio.ensure_future(poll)
     try:
         await runtime.run(handle_signals=threading.current_thread() is threading.main_thread())
     finally:
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
         await _close(runtime.store)
 
 
-def serve(runtime: AppRuntime, target: str) -> None:
-    """Run ``runtime`` until SIGTERM / SIGINT, then close its store."""
+def serve(runtime: AppRuntime, target: str, metrics: MetricsOptions | None = None) -> None:
+    """Run ``runtime`` until SIGTERM / SIGINT, then close its store; with ``metrics``,
+    serve its Prometheus metrics meanwhile."""
     log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime), target)
-    asyncio.run(_run_then_close(runtime))
+    served = None if metrics is None else _Metrics(runtime, metrics)
+    try:
+        asyncio.run(_run_then_close(runtime, served))
+    finally:
+        if served is not None:
+            served.close()
     if runtime.abandoned:
         log.warning("stopped; work that outlived the grace period was abandoned")
     else:

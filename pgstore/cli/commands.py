@@ -306,11 +306,14 @@ def _cmd_purge(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pgstore.cli.app import load_runtime, logging_to_stderr, serve
+    from pgstore.cli.app import MetricsOptions, load_runtime, logging_to_stderr, serve
 
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval)
     with logging_to_stderr(args.log_level):
         runtime = load_runtime(args.target)
-        serve(runtime, args.target)
+        serve(runtime, args.target, metrics)
     return 0
 
 
@@ -324,6 +327,26 @@ def _limit(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a count of jobs (0 or more): {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port (0 to 65535): {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86400 * 365:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
     return value
 
 
@@ -529,6 +552,26 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         default="INFO",
         help="the least severe level logged (default: INFO)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="N",
+        help="serve Prometheus metrics at http://ADDR:N/metrics (0: any free port, logged); "
+        "needs the metrics extra",
+    )
+    run.add_argument(
+        "--metrics-addr",
+        default="0.0.0.0",
+        metavar="ADDR",
+        help="the address the metrics are served on (default: 0.0.0.0)",
+    )
+    run.add_argument(
+        "--stats-interval",
+        type=_seconds,
+        metavar="SECONDS",
+        help="read the store_stats() gauges every SECONDS instead of at each scrape (an "
+        "asyncio store: every 15 s unless given)",
     )
     run.set_defaults(run=_cmd_run)
     return parser

@@ -1,0 +1,279 @@
+"""Prometheus metrics for the runtimes (the ``metrics`` extra: ``prometheus_client``).
+
+Two parts, registered into any ``CollectorRegistry`` (the default one unless told):
+
+* ``RuntimeMetrics``: counters and histograms fed by the runtimes' events
+  (``pgstore.runtime.events``): ``metrics.observe(runtime)`` subscribes it to a
+  Scheduler or Dispatcher; one instance observes every runtime of the process
+  (series are labelled by ``runtime``, never by owner or subject).
+* ``StoreStatsCollector``: gauges from ONE call of ``store_stats()`` (one
+  snapshot), read at each scrape (``read=store.stats``), or on an interval by a
+  task of the application's loop (``poll_store_stats``), which an asyncio store
+  needs: a scrape runs in the HTTP server's thread, not on the loop.
+
+Wiring into an application's own registry::
+
+    from prometheus_client import CollectorRegistry
+    from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector
+
+    registry = CollectorRegistry()
+    RuntimeMetrics(registry).observe(dispatcher)
+    registry.register(StoreStatsCollector(store.stats))
+
+``pgstore run --metrics-port N`` does the same on the default registry and
+serves it (``prometheus_client.start_http_server``). docs/metrics.md lists every
+series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from pgstore.models import StoreStats
+from pgstore.runtime import events as ev
+
+if TYPE_CHECKING:
+    from pgstore.runtime.base import Runtime
+
+__all__ = [
+    "HANDLER_BUCKETS",
+    "LATENESS_BUCKETS",
+    "RuntimeMetrics",
+    "StoreStatsCollector",
+    "poll_store_stats",
+]
+
+log = logging.getLogger("pgstore.metrics")
+
+#: Lateness (seconds after the due time a claim took the work): a healthy runtime
+#: claims within its poll interval (or at once, woken by LISTEN).
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 300.0, 900.0, 3600.0)
+#: Handler / dispatch durations (seconds).
+HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0, 300.0)
+
+_RUNTIMES = ("scheduler", "dispatcher")
+
+
+class RuntimeMetrics:
+    """The runtimes' counters and histograms, registered into ``registry``, fed by
+    events. Create one per registry (the names are registered once)."""
+
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY,
+                 *, namespace: str = "pgstore") -> None:
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(name, doc, labels, namespace=namespace, registry=registry)
+
+        self.claims = counter(
+            "claims", "Claims by outcome: claimed (per piece), empty (a round that found "
+            "nothing due), error (the claim call raised).", ("runtime", "outcome"))
+        self.renews = counter(
+            "renews", "Lease renews by outcome: renewed, refused, error.",
+            ("runtime", "outcome"))
+        self.completes = counter(
+            "completes", "Completes (scheduler) and mark_dispatched (dispatcher) by outcome: "
+            "completed, cancelled, rejected, failed.", ("runtime", "outcome"))
+        self.refusals = counter(
+            "stale_holder_refusals", "Store calls refused because the lease they were made "
+            "under is no longer the caller's, by operation.", ("runtime", "operation"))
+        self.leases_lost = counter(
+            "leases_lost", "Leases given up while the work ran, by reason: refused (a renew "
+            "was refused), expired (no renew succeeded in time).", ("runtime", "reason"))
+        self.recalls = counter(
+            "recalls", "Bots recalled, by reason (cancelled, taken, unrecorded) and outcome "
+            "(ok, error, none).", ("reason", "outcome"))
+        self.releases = counter(
+            "releases", "Jobs released for a retry after a failed dispatch, by outcome "
+            "(released, refused, error).", ("outcome",))
+        self.connection_losses = counter(
+            "connection_losses", "Connections lost: listener (the LISTEN connection), store "
+            "(unreachable at start).", ("runtime", "component"))
+        self.reconnects = counter(
+            "reconnects", "Connections restored after a loss, by component.",
+            ("runtime", "component"))
+        self.lateness = Histogram(
+            "dispatch_lateness_seconds", "Seconds from the due time to the claim: now - "
+            "dispatch_at (jobs), now - next_run_at (schedules).", ("runtime",),
+            namespace=namespace, registry=registry, buckets=LATENESS_BUCKETS)
+        self.handler = Histogram(
+            "handler_duration_seconds", "Duration of each handler run (scheduler) and "
+            "dispatch(job) call (dispatcher), by outcome: ok, error, lease_lost, abandoned.",
+            ("runtime", "outcome"), namespace=namespace, registry=registry,
+            buckets=HANDLER_BUCKETS)
+        self._zeroes()
+
+    def _zeroes(self) -> None:
+        """Every series a healthy process has, at 0 before it happens (a rate of a
+        series that does not exist yet is no rate)."""
+        for runtime in _RUNTIMES:
+            for outcome in ("claimed", "empty", "error"):
+                self.claims.labels(runtime, outcome)
+            for outcome in ("renewed", "refused", "error"):
+                self.renews.labels(runtime, outcome)
+            for outcome in ("completed", "rejected", "failed"):
+                self.completes.labels(runtime, outcome)
+            for reason in ("refused", "expired"):
+                self.leases_lost.labels(runtime, reason)
+            self.lateness.labels(runtime)
+        for operation in ("renew", "complete"):
+            self.refusals.labels("scheduler", operation)
+        for operation in ("renew", "mark_dispatched", "release"):
+            self.refusals.labels("dispatcher", operation)
+        self.completes.labels("dispatcher", "cancelled")
+        for component in ("listener", "store"):
+            self.connection_losses.labels("dispatcher", component)
+            self.reconnects.labels("dispatcher", component)
+        self.connection_losses.labels("scheduler", "store")
+        self.reconnects.labels("scheduler", "store")
+
+    def observe(self, runtime: Runtime) -> Callable[[], None]:
+        """Count ``runtime``'s events from now on; returns the function that stops it."""
+        return runtime.subscribe(self)
+
+    def __call__(self, event: ev.Event) -> None:
+        """Count one event (the subscriber ``observe`` registers)."""
+        r = event.runtime
+        if isinstance(event, ev.Claim):
+            self.claims.labels(r, event.outcome).inc()
+            if event.outcome == "claimed" and event.now is not None \
+                    and event.due_at is not None:
+                self.lateness.labels(r).observe(max(0, event.now - event.due_at) / 1000)
+        elif isinstance(event, ev.HandlerRun):
+            self.handler.labels(r, event.outcome).observe(event.duration_s)
+        elif isinstance(event, ev.Renew):
+            self.renews.labels(r, event.outcome).inc()
+        elif isinstance(event, ev.Refused):
+            self.refusals.labels(r, event.operation).inc()
+        elif isinstance(event, ev.LeaseLost):
+            self.leases_lost.labels(r, event.reason).inc()
+        elif isinstance(event, ev.Complete):
+            self.completes.labels(r, event.outcome).inc()
+        elif isinstance(event, ev.Recall):
+            self.recalls.labels(event.reason, event.outcome).inc()
+        elif isinstance(event, ev.Release):
+            self.releases.labels(event.outcome).inc()
+        elif isinstance(event, ev.ConnectionLost):
+            self.connection_losses.labels(r, event.component).inc()
+        elif isinstance(event, ev.Reconnected):
+            self.reconnects.labels(r, event.component).inc()
+
+
+class StoreStatsCollector(Collector):
+    """Gauges from one ``store_stats()`` reading: at each scrape through ``read`` (a
+    sync store's ``stats``), or the last reading given to ``update`` (the interval
+    mode, ``poll_store_stats``). A failed read is logged and reported as
+    ``pgstore_store_stats_up 0`` with no other gauge (a stale number is never shown
+    as a current one); the scrape itself never fails."""
+
+    def __init__(self, read: Callable[[], StoreStats] | None = None,
+                 *, namespace: str = "pgstore") -> None:
+        self._read = read
+        self._prefix = namespace + "_" if namespace else ""
+        self._last: StoreStats | None = None  # no reading yet: up 0
+        self._last_seconds = 0.0
+
+    def update(self, stats: StoreStats | None, seconds: float = 0.0) -> None:
+        """The interval mode's new reading (``None``: the read failed), which took
+        ``seconds``."""
+        self._last, self._last_seconds = stats, seconds
+
+    def describe(self) -> Iterable[Metric]:
+        """The families without samples (registering reads nothing from the store)."""
+        return self._families(None, 0.0, samples=False)
+
+    def collect(self) -> Iterable[Metric]:
+        if self._read is None:
+            return self._families(self._last, self._last_seconds)
+        started = time.monotonic()
+        try:
+            stats: StoreStats | None = self._read()
+        except Exception as exc:
+            log.warning("store_stats() for the metrics failed: %s: %s", type(exc).__name__, exc)
+            stats = None
+        return self._families(stats, time.monotonic() - started)
+
+    def _families(
+        self, stats: StoreStats | None, seconds: float, *, samples: bool = True
+    ) -> list[Metric]:
+        p = self._prefix
+        up = GaugeMetricFamily(p + "store_stats_up",
+                               "1 when the last store_stats() read succeeded, else 0.")
+        took = GaugeMetricFamily(p + "store_stats_read_seconds",
+                                 "How long the last store_stats() read took.")
+        schedules = GaugeMetricFamily(
+            p + "schedules", "Schedules by state at the reading: due (claimable), leased, "
+            "done (one-shots run), all.", labels=["state"])
+        jobs = GaugeMetricFamily(
+            p + "jobs", "Jobs by state at the reading: pending (not yet due), due (due, no "
+            "live lease: what a lease would take), leased, dispatched, cancelled.",
+            labels=["state"])
+        expired = GaugeMetricFamily(p + "jobs_due_expired_lease",
+                                    "Due jobs whose last lease expired undispatched.")
+        recalled = GaugeMetricFamily(p + "jobs_recalled",
+                                     "Dispatched jobs cancelled meanwhile (bots recalled).")
+        failed = GaugeMetricFamily(p + "jobs_failed",
+                                   "Jobs that failed for good (where the schema records it).")
+        job_age = GaugeMetricFamily(
+            p + "oldest_due_job_age_seconds",
+            "Seconds the oldest due job has waited past its dispatch_at (0: none due).")
+        schedule_age = GaugeMetricFamily(
+            p + "oldest_due_schedule_age_seconds",
+            "Seconds the longest-claimable schedule has been due (0: none due).")
+        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, job_age,
+                                  schedule_age]
+        if not samples:
+            return [*families, failed]
+        up.add_metric([], 0 if stats is None else 1)
+        took.add_metric([], seconds)
+        if stats is None:
+            return families
+        for state, count in (("all", stats.schedules), ("due", stats.schedules_due),
+                             ("leased", stats.schedules_leased),
+                             ("done", stats.schedules_done)):
+            schedules.add_metric([state], count)
+        for state, count in (("pending", stats.jobs_pending), ("due", stats.jobs_due),
+                             ("leased", stats.jobs_leased),
+                             ("dispatched", stats.jobs_dispatched),
+                             ("cancelled", stats.jobs_cancelled)):
+            jobs.add_metric([state], count)
+        expired.add_metric([], stats.jobs_due_expired_lease)
+        recalled.add_metric([], stats.jobs_recalled)
+        job_age.add_metric([], _age(stats.now, stats.oldest_due_job_at))
+        schedule_age.add_metric([], _age(stats.now, stats.oldest_due_schedule_since))
+        jobs_failed = getattr(stats, "jobs_failed", None)  # a schema revision adds it
+        if isinstance(jobs_failed, int):
+            failed.add_metric([], jobs_failed)
+            families.append(failed)
+        return families
+
+
+def _age(now: int, since: int | None) -> float:
+    return 0.0 if since is None else max(0, now - since) / 1000
+
+
+async def poll_store_stats(
+    collector: StoreStatsCollector,
+    read: Callable[[], Awaitable[StoreStats]],
+    interval: float,
+) -> None:
+    """Read ``store_stats()`` every ``interval`` seconds into ``collector`` until
+    cancelled (the interval mode, for asyncio stores and ``pgstore run``)."""
+    while True:
+        started = time.monotonic()
+        try:
+            stats: StoreStats | None = await read()
+        except Exception as exc:
+            log.warning("store_stats() for the metrics failed: %s: %s", type(exc).__name__, exc)
+            stats = None
+        collector.update(stats, time.monotonic() - started)
+        await asyncio.sleep(interval)

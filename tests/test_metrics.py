@@ -1,0 +1,392 @@
+"""Prometheus metrics (pgstore.runtime.metrics) on PostgreSQL, scraped over HTTP: the
+counters match what the runtimes did, the gauges match the store, one store_stats() call
+per scrape, and ``pgstore run --metrics-port`` serves them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from pgstore import AsyncPgJobStore, Job, PgJobStore, PgScheduleStore, StoreStats
+from pgstore.runtime import events as ev
+from pgstore.runtime.dispatcher import Backoff, Dispatcher
+from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector, poll_store_stats
+from pgstore.runtime.scheduler import Scheduler
+from tests.cli_support import process_env
+
+WAIT = 20.0
+REPO = Path(__file__).resolve().parents[1]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of the page at ``url``: (name, sorted labels) -> value."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[name, tuple(sorted(labels.items()))]
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[CollectorRegistry, str]]:
+    """A fresh registry served on a free port: (registry, its /metrics URL)."""
+    registry = CollectorRegistry()
+    server, thread = start_http_server(0, "127.0.0.1", registry)
+    try:
+        yield registry, f"http://127.0.0.1:{server.server_port}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def _until(what: str, done: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def test_the_counters_count_what_a_scheduler_and_a_dispatcher_did(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    metrics = RuntimeMetrics(registry)
+    seen: list[ev.Event] = []
+    lock = threading.Lock()
+    ran: list[str] = []
+
+    def record(event: ev.Event) -> None:
+        with lock:
+            seen.append(event)
+
+    def boom() -> None:
+        ran.append("boom")
+        raise RuntimeError("boom")
+
+    schedules = PgScheduleStore(pgstore_database, schema=pgstore_schema)
+    jobs = PgJobStore(pgstore_database, schema=pgstore_schema)
+    other = PgJobStore(pgstore_database, schema=pgstore_schema)
+    s = Scheduler(schedules, owner="s1", lease_ms=5_000, poll_interval=0.02, on_event=record)
+    s.every("tick", 100, lambda: ran.append("tick"))
+    s.every("boom", 150, boom)
+    now = jobs.now_ms()
+    for n in range(5):
+        jobs.schedule(f"late-{n}", now - 3_000)
+    jobs.schedule("flaky", now - 3_000)
+    jobs.schedule("cancel", now - 3_000)
+    failed_once: set[str] = set()
+
+    def dispatch(job: Job) -> str:
+        if job.run_id == "flaky" and not failed_once:
+            failed_once.add(job.run_id)
+            raise ConnectionError("provider down")
+        if job.run_id == "cancel":
+            other.cancel("cancel")
+        return "bot"
+
+    d = Dispatcher(jobs, dispatch, lambda job, worker: None, holder="d1", poll_interval=0.02,
+                   listen=False, backoff=Backoff(base_ms=1, max_ms=1, jitter=0),
+                   on_event=record)
+    metrics.observe(s)
+    stop_d = metrics.observe(d)
+
+    def completes() -> int:
+        with lock:
+            return sum(isinstance(e, ev.Complete) and e.runtime == "dispatcher" for e in seen)
+
+    async def main() -> None:
+        tasks = [asyncio.ensure_future(r.run(handle_signals=False)) for r in (s, d)]
+        await _until("every job answered", lambda: completes() == 7 and len(ran) >= 6)
+        s.stop()
+        d.stop()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    stop_d()
+    for store in (schedules, jobs, other):
+        store.close()
+    page = scrape(url)
+
+    def count(kind: type[ev.Event], runtime: str, **fields: str) -> int:
+        return sum(isinstance(e, kind) and e.runtime == runtime
+                   and all(getattr(e, k) == v for k, v in fields.items()) for e in seen)
+
+    for runtime in ("scheduler", "dispatcher"):
+        for outcome in ("claimed", "empty", "error"):
+            assert value(page, "pgstore_claims_total", runtime=runtime, outcome=outcome) \
+                == count(ev.Claim, runtime, outcome=outcome), (runtime, outcome)
+        for outcome in ("completed", "rejected", "failed"):
+            assert value(page, "pgstore_completes_total", runtime=runtime, outcome=outcome) \
+                == count(ev.Complete, runtime, outcome=outcome), (runtime, outcome)
+        claimed = count(ev.Claim, runtime, outcome="claimed")
+        assert value(page, "pgstore_dispatch_lateness_seconds_count", runtime=runtime) \
+            == claimed
+    # What happened, independently of the events: the handlers' own record, the jobs.
+    assert value(page, "pgstore_completes_total", runtime="scheduler", outcome="completed") \
+        == len(ran)
+    assert value(page, "pgstore_handler_duration_seconds_count", runtime="scheduler",
+                 outcome="error") == ran.count("boom")
+    assert value(page, "pgstore_handler_duration_seconds_count", runtime="scheduler",
+                 outcome="ok") == ran.count("tick")
+    assert value(page, "pgstore_claims_total", runtime="dispatcher", outcome="claimed") == 8
+    assert value(page, "pgstore_completes_total", runtime="dispatcher", outcome="completed") == 6
+    assert value(page, "pgstore_completes_total", runtime="dispatcher", outcome="cancelled") == 1
+    assert value(page, "pgstore_handler_duration_seconds_count", runtime="dispatcher",
+                 outcome="error") == 1
+    assert value(page, "pgstore_releases_total", outcome="released") == 1
+    assert value(page, "pgstore_recalls_total", reason="cancelled", outcome="ok") == 1
+    # The seven first leases were 3 s late or more: none in the buckets below 2.5 s.
+    assert value(page, "pgstore_dispatch_lateness_seconds_bucket", runtime="dispatcher",
+                 le="2.5") <= 1
+    assert value(page, "pgstore_dispatch_lateness_seconds_sum", runtime="dispatcher") >= 7 * 3
+    assert value(page, "pgstore_stale_holder_refusals_total", runtime="dispatcher",
+                 operation="mark_dispatched") == 0
+    assert value(page, "pgstore_leases_lost_total", runtime="scheduler", reason="refused") == 0
+
+
+def test_stale_holder_refusals_and_lost_leases_are_counted(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    metrics = RuntimeMetrics(registry)
+    store = PgJobStore(pgstore_database, schema=pgstore_schema)
+    now = store.now_ms()
+    trials = 3
+    for n in range(trials):
+        store.schedule(f"stolen-{n}", now - 10 + n)
+    stolen = 0
+
+    def dispatch(job: Job) -> str:
+        nonlocal stolen
+        with PgJobStore(pgstore_database, schema=pgstore_schema) as thief:
+            taken = thief.lease("thief", thief.now_ms() + 60_000, 60_000)
+            assert taken is not None and taken.run_id == job.run_id
+        stolen += 1
+        return "bot"
+
+    d = Dispatcher(store, dispatch, holder="d1", poll_interval=0.02, listen=False,
+                   concurrency=1)
+    metrics.observe(d)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(d.run(handle_signals=False))
+        await _until("the stolen marks", lambda: value(
+            scrape(url), "pgstore_completes_total", runtime="dispatcher",
+            outcome="rejected") == trials)
+        d.stop()
+        await task
+
+    asyncio.run(main())
+    store.close()
+    page = scrape(url)
+    assert stolen == trials
+    assert value(page, "pgstore_stale_holder_refusals_total", runtime="dispatcher",
+                 operation="mark_dispatched") == trials
+    assert value(page, "pgstore_recalls_total", reason="taken", outcome="none") == trials
+
+
+def _fill(dsn: str, schema: str) -> int:
+    """Jobs in every state; the database clock's now at the start."""
+    with PgJobStore(dsn, schema=schema) as jobs:
+        now = jobs.now_ms()
+        jobs.schedule("due-old", now - 5_000)
+        jobs.schedule("due-new", now - 1_000)
+        jobs.schedule("due-leased", now - 9_000)
+        jobs.schedule("pending-1", now + 60_000)
+        jobs.schedule("pending-2", now + 120_000)
+        jobs.schedule("gone", now + 60_000)
+        jobs.schedule("sent", now - 20_000)
+        leased = jobs.lease("x", None, 60_000)  # "sent", the earliest
+        assert leased is not None and leased.run_id == "sent"
+        assert jobs.mark_dispatched("sent", "x", "bot").recorded
+        leased = jobs.lease("x", None, 60_000)
+        assert leased is not None and leased.run_id == "due-leased"
+        jobs.cancel("gone")
+    with PgScheduleStore(dsn, schema=schema) as schedules:
+        schedules.register("s-due", "interval", "1000", now - 7_000, now)
+        schedules.register("s-later", "interval", "1000", now + 60_000, now)
+    return now
+
+
+def test_the_gauges_are_one_store_stats_call_per_scrape(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    now = _fill(pgstore_database, pgstore_schema)
+    store = PgJobStore(pgstore_database, schema=pgstore_schema)
+    reads: list[StoreStats] = []
+
+    def read() -> StoreStats:
+        reads.append(store.stats())
+        return reads[-1]
+
+    registry.register(StoreStatsCollector(read))
+    assert reads == []  # registering reads nothing
+    page = scrape(url)
+    assert len(reads) == 1
+    stats = reads[0]
+    assert value(page, "pgstore_store_stats_up") == 1
+    assert value(page, "pgstore_store_stats_read_seconds") > 0
+    assert {state: value(page, "pgstore_jobs", state=state) for state in
+            ("pending", "due", "leased", "dispatched", "cancelled")} == {
+        "pending": 2, "due": 2, "leased": 1, "dispatched": 1, "cancelled": 1}
+    assert value(page, "pgstore_schedules", state="due") == 1
+    assert value(page, "pgstore_schedules", state="all") == 2
+    # The oldest due job ("due-old", 5 s before now): its age at the reading's instant.
+    assert value(page, "pgstore_oldest_due_job_age_seconds") == (stats.now - (now - 5_000)) / 1000
+    assert 5 <= value(page, "pgstore_oldest_due_job_age_seconds") < 5 + WAIT
+    assert 7 <= value(page, "pgstore_oldest_due_schedule_age_seconds") < 7 + WAIT
+    scrape(url)
+    scrape(url)
+    assert len(reads) == 3
+    store.close()
+
+
+def test_a_failed_read_is_up_0_and_the_scrape_still_answers(
+    pgstore_database: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    store = PgJobStore(pgstore_database, schema="no_such_schema")
+    registry.register(StoreStatsCollector(store.stats))
+    page = scrape(url)
+    assert value(page, "pgstore_store_stats_up") == 0
+    assert not any(name == "pgstore_jobs" for name, _ in page)  # no stale numbers
+    store.close()
+
+
+def test_the_interval_mode_reads_an_asyncio_store_on_the_loop(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    _fill(pgstore_database, pgstore_schema)
+    collector = StoreStatsCollector()
+    registry.register(collector)
+    assert value(scrape(url), "pgstore_store_stats_up") == 0  # no reading yet
+    store = AsyncPgJobStore(pgstore_database, schema=pgstore_schema)
+    reads = 0
+
+    async def read() -> StoreStats:
+        nonlocal reads
+        reads += 1
+        return await store.stats()
+
+    async def main() -> None:
+        poller = asyncio.ensure_future(poll_store_stats(collector, read, 0.05))
+        await _until("two reads", lambda: reads >= 2)
+        page = await asyncio.to_thread(scrape, url)
+        assert value(page, "pgstore_store_stats_up") == 1
+        assert value(page, "pgstore_jobs", state="due") == 2
+        before = reads
+        await asyncio.to_thread(scrape, url)
+        assert reads - before <= 2  # scrapes read nothing; only the interval does
+        poller.cancel()
+        await asyncio.gather(poller, return_exceptions=True)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_two_registries_are_independent() -> None:
+    first, second = CollectorRegistry(), CollectorRegistry()
+    a, b = RuntimeMetrics(first), RuntimeMetrics(second)
+    a(ev.Claim(runtime="dispatcher", owner="d", outcome="empty"))
+    assert first.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 1
+    assert second.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 0
+    assert b is not a
+    with pytest.raises(ValueError, match="Duplicated"):
+        RuntimeMetrics(first)  # one per registry
+
+
+# --- pgstore run --metrics-port ------------------------------------------------------
+
+
+def _create_marks(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL(
+            "CREATE TABLE {}.cli_app_marks (kind text NOT NULL, key text NOT NULL,"
+            " token bigint, owner text NOT NULL)").format(psycopg.sql.Identifier(schema)))
+
+
+def test_pgstore_run_serves_the_metrics_page(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    dsn, schema = pgstore_database, pgstore_schema
+    _create_marks(dsn, schema)
+    with PgJobStore(dsn, schema=schema) as jobs:
+        now = jobs.now_ms()
+        for run_id in ("meeting-a", "flaky-c", "cancel-d"):
+            jobs.schedule(run_id, now - 1_000)
+        jobs.schedule("later", now + 3_600_000)
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_dispatcher",
+             "--metrics-port", "0", "--metrics-addr", "127.0.0.1"],
+            cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
+            stderr=err, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        url = None
+        page: Samples = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"metrics at (http://[\d.]+:\d+/metrics)", log_path.read_text())
+            if found:
+                url = found[1]
+                page = scrape(url)
+                if value(page, "pgstore_completes_total", runtime="dispatcher",
+                         outcome="completed") == 2:
+                    break
+            time.sleep(0.1)
+        assert url is not None, log_path.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert value(page, "pgstore_completes_total", runtime="dispatcher", outcome="completed") == 2
+    assert value(page, "pgstore_completes_total", runtime="dispatcher", outcome="cancelled") == 1
+    assert value(page, "pgstore_releases_total", outcome="released") == 1
+    assert value(page, "pgstore_claims_total", runtime="dispatcher", outcome="claimed") == 4
+    assert value(page, "pgstore_dispatch_lateness_seconds_count", runtime="dispatcher") == 4
+    assert value(page, "pgstore_store_stats_up") == 1
+    assert value(page, "pgstore_jobs", state="pending") == 1  # "later", read at the scrape
+    assert ("process_cpu_seconds_total", ()) in page  # the default registry's own
+
+
+@pytest.mark.parametrize("args", [
+    ["--metrics-port", "-1"], ["--metrics-port", "65536"], ["--metrics-port", "http"],
+    ["--metrics-port", "0", "--stats-interval", "0"],
+    ["--metrics-port", "0", "--stats-interval", "nan"],
+])
+def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pgstore", "run", "tests.cli_app:scheduler", *args],
+        cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "usage:" in done.stderr
