@@ -232,7 +232,7 @@ class Dispatcher(Runtime):
                                token=job.lease_sequence, dispatch_at=job.dispatch_at,
                                now=leased_at, lateness_ms=lateness_ms))
             outcome = await self._dispatch_and_mark(job, anchor)
-            span.set_attribute("pgstore.outcome", outcome)
+            tracing.finish(span, outcome)
 
     async def _dispatch_and_mark(self, job: Job, anchor: float) -> str:
         """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,

@@ -267,8 +267,7 @@ class Scheduler(Runtime):
             "pgstore.fencing_token": ctx.fencing_token, "pgstore.scheduled_at": scheduled,
         }) as span:
             status = await self._run_handler(task, ctx, anchor)
-            span.set_attribute("pgstore.outcome", "lease_lost" if ctx.lease_lost.is_set()
-                               else status)
+            tracing.finish(span, "lease_lost" if ctx.lease_lost.is_set() else status)
         if ctx.lease_lost.is_set():
             log.warning("%s: %s token %d lost its lease; not completing", self.owner,
                         task.id, ctx.fencing_token)

@@ -12,8 +12,10 @@ a no-op). Attributes name the work and its lease:
   ``pgstore.scheduled_at``;
 * dispatches: ``pgstore.run_id``, ``pgstore.lease_sequence``,
   ``pgstore.dispatch_at``, ``pgstore.lateness_ms``;
-* at the end: ``pgstore.outcome`` (as in the ``HandlerRun`` / ``Complete``
-  events), and an error status with the exception when the handler raised.
+* at the end: ``pgstore.outcome``: a run's ``ok``, ``error`` or ``lease_lost``;
+  a dispatch's ``completed``, ``cancelled``, ``rejected``, ``failed`` (as the
+  ``Complete`` event) or ``released`` (``dispatch`` raised). Every outcome but
+  ``ok``, ``completed`` and ``cancelled`` sets the span's status to error.
 
 A plain (thread-pool) handler runs in the span's context, so spans it opens are
 children of the run's. Without the package, ``span()`` is a context manager
@@ -31,7 +33,10 @@ try:
 except ImportError:  # the otel extra is not installed: spans cost nothing
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "SpanLike", "span"]
+__all__ = ["ENABLED", "SpanLike", "finish", "span"]
+
+#: The outcomes that leave a span's status unset (all others set it to error).
+_FINE = frozenset({"ok", "completed", "cancelled"})
 
 #: True when ``opentelemetry-api`` was importable: spans are opened.
 ENABLED = _trace is not None
@@ -66,3 +71,10 @@ def span(name: str, attributes: Mapping[str, str | int]) -> Iterator[SpanLike]:
     tracer = _trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(name, attributes=dict(attributes)) as current:
         yield current
+
+
+def finish(current: SpanLike, outcome: str) -> None:
+    """Record ``outcome`` on the span (and an error status unless it is a fine one)."""
+    current.set_attribute("pgstore.outcome", outcome)
+    if _trace is not None and outcome not in _FINE and isinstance(current, _trace.Span):
+        current.set_status(_trace.Status(_trace.StatusCode.ERROR, outcome))
