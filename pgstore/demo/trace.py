@@ -7,14 +7,14 @@ one time line), and every schedule handler writes its run to
 ``pgstore_demo_trace.runs``. The orchestrator draws and checks the story from
 these rows and from the store's own tables, which the trace never writes.
 
-The Scheduler and the Dispatcher tell what they did (a claim, an accepted or
-rejected complete, a lease, a recorded dispatch) only through their logs, so
-``TraceLogHandler`` turns their log records into events.
+The Scheduler and the Dispatcher report what they did (a claim, an accepted or
+rejected complete, a lease, a recorded dispatch) as events
+(``pgstore.runtime.events``); ``TraceEvents`` subscribes to them and writes
+them as trace rows.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,13 +23,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgstore.runtime import events as ev
 from pgstore.runtime.scheduler import RunContext
 
 __all__ = [
     "STORE_SCHEMA",
     "TRACE_SCHEMA",
     "Trace",
-    "TraceLogHandler",
+    "TraceEvents",
     "create_trace_tables",
 ]
 
@@ -142,58 +143,48 @@ class Trace:
         self._conn.close()
 
 
-#: The runtimes' log messages that become events: the message's format string, then the
-#: event kind and what each ``%`` argument is ("" for arguments the event does not keep;
-#: the first is always the logging process's own name).
-LOG_EVENTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # pgstore.scheduler
-    "%s: registered %s (%s %s), next run at %s": (
-        "register", ("", "subject", "", "detail", "scheduled_at")),
-    "%s: claimed %s token %d (scheduled %s)": (
-        "claim", ("", "subject", "token", "scheduled_at")),
-    "%s: completed %s token %d %s, next run at %s": (
-        "complete", ("", "subject", "token", "detail", "")),
-    "%s: complete of %s token %d rejected: stale claim": (
-        "rejected", ("", "subject", "token")),
-    "%s: %s token %d lease lost (%s); %s": (  # the keeper: renew refused, or none in time
-        "renew-refused", ("", "subject", "token", "detail", "")),
-    "%s: %s token %d lost its lease; not completing": (
-        "not-completed", ("", "subject", "token")),
-    "%s: %s token %d raised": ("error", ("", "subject", "token")),
-    # pgstore.dispatcher
-    "%s: leased %s (due %s) until %s": (
-        "lease", ("", "subject", "scheduled_at", "until_at")),
-    "%s: dispatched %s to %s": ("dispatched", ("", "subject", "worker")),
-    "%s: %s: %s; recalling %s": ("recalling", ("", "subject", "detail", "worker")),
-    "%s: %s lease lost (%s); mark_dispatched will tell whether to recall": (
-        "lease-lost", ("", "subject", "detail")),
-    "%s: released %s for a retry at %s": ("released", ("", "subject", "scheduled_at")),
-    # both
-    "%s: stopping; %d running, grace %.1fs": ("stopping", ("", "detail", "")),
-}
+_WHY = {"cancelled": "cancelled meanwhile", "rejected": "lease taken by another holder",
+        "failed": "not recorded within mark_timeout"}
 
 
-class TraceLogHandler(logging.Handler):
-    """Writes the runtime's known log records (``LOG_EVENTS``) to the trace as events, and
-    any other warning or error as a ``log`` event with its text."""
+class TraceEvents:
+    """A runtime's subscriber (``runtime.subscribe``) that writes what the runtime reports
+    (``pgstore.runtime.events``) to the trace, as the kinds the report reads: register,
+    claim, complete, rejected, renew-refused, not-completed, error (schedulers); lease,
+    dispatched, recalling, lease-lost, released (dispatchers); stopping (both)."""
 
     def __init__(self, trace: Trace) -> None:
-        super().__init__(logging.INFO)
         self.trace = trace
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            known = LOG_EVENTS.get(str(record.msg))
-            if known is None or not isinstance(record.args, tuple):
-                if record.levelno >= logging.WARNING:
-                    self.trace.event("log", detail=record.getMessage())
-                return
-            kind, names = known
-            fields: dict[str, Any] = {
-                n: a for n, a in zip(names, record.args, strict=False) if n
-            }
-            if "detail" in fields:
-                fields["detail"] = str(fields["detail"])
-            self.trace.event(kind, **fields)
-        except Exception:
-            self.handleError(record)
+    def __call__(self, event: ev.Event) -> None:
+        t = self.trace
+        if isinstance(event, ev.Registered):
+            t.event("register", event.task_id, scheduled_at=event.next_run_at,
+                    detail=event.spec)
+        elif isinstance(event, ev.Claim) and event.outcome == "claimed":
+            if event.runtime == "scheduler":
+                t.event("claim", event.subject, token=event.token, scheduled_at=event.due_at)
+            else:
+                t.event("lease", event.subject, scheduled_at=event.due_at,
+                        until_at=event.lease_until)
+        elif isinstance(event, ev.Complete):
+            if event.runtime == "dispatcher":
+                if event.outcome == "completed":
+                    t.event("dispatched", event.subject, worker=event.worker_id)
+                else:
+                    t.event("recalling", event.subject, worker=event.worker_id,
+                            detail=_WHY[event.outcome])
+            elif event.outcome in ("completed", "rejected"):
+                t.event("complete" if event.outcome == "completed" else "rejected",
+                        event.subject, token=event.token, detail=event.status)
+        elif isinstance(event, ev.LeaseLost):
+            t.event("renew-refused" if event.runtime == "scheduler" else "lease-lost",
+                    event.subject, token=event.token, detail=event.reason)
+        elif isinstance(event, ev.HandlerRun) and event.runtime == "scheduler":
+            if event.outcome in ("lease_lost", "error"):
+                t.event("not-completed" if event.outcome == "lease_lost" else "error",
+                        event.subject, token=event.token)
+        elif isinstance(event, ev.Release) and event.outcome == "released":
+            t.event("released", event.subject, scheduled_at=event.retry_at)
+        elif isinstance(event, ev.Stopping):
+            t.event("stopping", detail=str(event.running))

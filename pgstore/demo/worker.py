@@ -9,7 +9,13 @@ occurrence runs on one of them. A dispatcher sends a pretend bot into every
 due meeting with a ``Dispatcher`` over a ``PgJobStore``, and recalls it when
 the meeting was cancelled meanwhile. Both run until SIGTERM (a graceful
 stop: running work finishes, nothing new is claimed) and write what they do
-to the demo's trace (``pgstore.demo.trace``).
+to the demo's trace (``pgstore.demo.trace``), from the runtime's events.
+
+Each one also serves its Prometheus metrics (``pgstore.runtime.metrics``: its
+runtime's counters, and the store's gauges read at each scrape) on a free port
+of 127.0.0.1, whose URL it writes to the trace (a ``metrics`` event); when it
+stops it writes its last page there too (``metrics-final``), which the report
+checks against the trace.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ import os
 import sys
 import time
 
-from pgstore.demo.trace import STORE_SCHEMA, Trace, TraceLogHandler
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+
+from pgstore.demo.trace import STORE_SCHEMA, Trace, TraceEvents
 from pgstore.models import Job
 from pgstore.postgres.jobs import PgJobStore
 from pgstore.postgres.schedules import PgScheduleStore
 from pgstore.runtime.dispatcher import Dispatcher
+from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector
 from pgstore.runtime.scheduler import RunContext, Scheduler
 
 __all__ = ["LEASE_MS", "PROVIDER_SECONDS", "RUN_SECONDS", "TTL_MS", "main"]
@@ -44,7 +53,7 @@ GRACE_SECONDS = 5.0
 def scheduler(n: int, dsn: str) -> None:
     """Run scheduler N until SIGTERM."""
     owner = f"scheduler-{n}"
-    trace = _traced(dsn, owner)
+    trace = Trace(dsn, owner)
     store = PgScheduleStore(dsn, schema=STORE_SCHEMA)
     runtime = Scheduler(store, owner=owner, lease_ms=LEASE_MS, poll_interval=POLL_SECONDS,
                         grace_period=GRACE_SECONDS)
@@ -62,7 +71,7 @@ def scheduler(n: int, dsn: str) -> None:
 def dispatcher(n: int, dsn: str) -> None:
     """Run dispatcher N until SIGTERM."""
     holder = f"dispatcher-{n}"
-    trace = _traced(dsn, holder)
+    trace = Trace(dsn, holder)
     bots = itertools.count(1)
 
     def dispatch(job: Job) -> str:
@@ -81,20 +90,20 @@ def dispatcher(n: int, dsn: str) -> None:
     _run(runtime, store, trace)
 
 
-def _traced(dsn: str, process: str) -> Trace:
-    trace = Trace(dsn, process)
-    handler = TraceLogHandler(trace)
-    for name in ("pgstore.scheduler", "pgstore.dispatcher"):
-        logging.getLogger(name).addHandler(handler)
-    return trace
-
-
 def _run(runtime: Scheduler | Dispatcher, store: PgScheduleStore | PgJobStore,
          trace: Trace) -> None:
+    runtime.subscribe(TraceEvents(trace))
+    registry = CollectorRegistry()
+    RuntimeMetrics(registry).observe(runtime)
+    registry.register(StoreStatsCollector(store.stats))
+    server, _ = start_http_server(0, "127.0.0.1", registry)
+    trace.event("metrics", detail=f"http://127.0.0.1:{server.server_port}/metrics")
     trace.event("start", detail=f"pid {os.getpid()}")
     try:
         runtime.run_sync()  # until SIGTERM / SIGINT
     finally:
+        server.shutdown()
+        trace.event("metrics-final", detail=generate_latest(registry).decode())
         store.close()
         trace.event("stopped")
         trace.close()

@@ -40,6 +40,7 @@ from prometheus_client.registry import Collector
 
 from pgstore.models import StoreStats
 from pgstore.runtime import events as ev
+from pgstore.runtime.events import RuntimeKind
 
 if TYPE_CHECKING:
     from pgstore.runtime.base import Runtime
@@ -62,7 +63,6 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0, 300.0)
 
-_RUNTIMES = ("scheduler", "dispatcher")
 
 
 class RuntimeMetrics:
@@ -110,34 +110,37 @@ class RuntimeMetrics:
             "dispatch(job) call (dispatcher), by outcome: ok, error, lease_lost, abandoned.",
             ("runtime", "outcome"), namespace=namespace, registry=registry,
             buckets=HANDLER_BUCKETS)
-        self._zeroes()
 
-    def _zeroes(self) -> None:
-        """Every series a healthy process has, at 0 before it happens (a rate of a
-        series that does not exist yet is no rate)."""
-        for runtime in _RUNTIMES:
-            for outcome in ("claimed", "empty", "error"):
-                self.claims.labels(runtime, outcome)
-            for outcome in ("renewed", "refused", "error"):
-                self.renews.labels(runtime, outcome)
-            for outcome in ("completed", "rejected", "failed"):
-                self.completes.labels(runtime, outcome)
-            for reason in ("refused", "expired"):
-                self.leases_lost.labels(runtime, reason)
-            self.lateness.labels(runtime)
-        for operation in ("renew", "complete"):
-            self.refusals.labels("scheduler", operation)
+    def _zeroes(self, runtime: RuntimeKind) -> None:
+        """The series a healthy runtime of this kind has, at 0 before anything happens
+        (an alert on the rate of a series that does not exist yet never fires)."""
+        for outcome in ("claimed", "empty", "error"):
+            self.claims.labels(runtime, outcome)
+        for outcome in ("renewed", "refused", "error"):
+            self.renews.labels(runtime, outcome)
+        for outcome in ("completed", "rejected", "failed"):
+            self.completes.labels(runtime, outcome)
+        for reason in ("refused", "expired"):
+            self.leases_lost.labels(runtime, reason)
+        self.lateness.labels(runtime)
+        self.connection_losses.labels(runtime, "store")
+        self.reconnects.labels(runtime, "store")
+        if runtime == "scheduler":
+            for operation in ("renew", "complete"):
+                self.refusals.labels(runtime, operation)
+            return
         for operation in ("renew", "mark_dispatched", "release"):
-            self.refusals.labels("dispatcher", operation)
-        self.completes.labels("dispatcher", "cancelled")
-        for component in ("listener", "store"):
-            self.connection_losses.labels("dispatcher", component)
-            self.reconnects.labels("dispatcher", component)
-        self.connection_losses.labels("scheduler", "store")
-        self.reconnects.labels("scheduler", "store")
+            self.refusals.labels(runtime, operation)
+        self.completes.labels(runtime, "cancelled")
+        self.connection_losses.labels(runtime, "listener")
+        self.reconnects.labels(runtime, "listener")
+        for outcome in ("released", "refused", "error"):
+            self.releases.labels(outcome)
 
     def observe(self, runtime: Runtime) -> Callable[[], None]:
-        """Count ``runtime``'s events from now on; returns the function that stops it."""
+        """Count ``runtime``'s events from now on (its kind's series start at 0); returns
+        the function that stops it."""
+        self._zeroes(runtime.kind)
         return runtime.subscribe(self)
 
     def __call__(self, event: ev.Event) -> None:
