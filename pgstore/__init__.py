@@ -6,7 +6,13 @@ psycopg 3 wrapper over them, plus in-memory reference stores.
 
 from __future__ import annotations
 
-from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
+from pgstore.errors import (
+    InvalidArgument,
+    NotPermitted,
+    PgStoreError,
+    ReadOnlyServer,
+    SchemaNotReady,
+)
 from pgstore.memory.jobs import MemoryJobStore
 from pgstore.memory.schedules import MemoryScheduleStore
 from pgstore.models import (
@@ -51,6 +57,7 @@ __all__ = [
     "MarkResult",
     "MemoryJobStore",
     "MemoryScheduleStore",
+    "NotPermitted",
     "PgJobStore",
     "PgScheduleStore",
     "PgStoreError",

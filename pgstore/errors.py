@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidArgument", "PgStoreError", "ReadOnlyServer", "SchemaNotReady"]
+__all__ = ["InvalidArgument", "NotPermitted", "PgStoreError", "ReadOnlyServer", "SchemaNotReady"]
 
 
 class PgStoreError(Exception):
@@ -32,6 +32,13 @@ class ReadOnlyServer(PgStoreError):
     """
 
     sqlstate = "25006"
+
+
+class NotPermitted(PgStoreError):
+    """The store's role may not do what was asked (``42501``, insufficient_privilege):
+    ``job_purge``, for one, is the schema owner's alone. The message says what to use."""
+
+    sqlstate = "42501"
 
 
 class SchemaNotReady(PgStoreError):

@@ -31,6 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import Enum, IntEnum
 from typing import Any
 
@@ -51,6 +52,7 @@ from pgstore import (
     PgJobStore,
     PgScheduleStore,
 )
+from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.testing import drop_schema, install_schema
 
 pytestmark = pytest.mark.slow
@@ -648,3 +650,53 @@ def test_memory_forget_raises_only_invalid_argument(run_id: Any) -> None:
     if outcome != "ok":
         assert memory.list_all() == before
     STATS["python"][outcome] += 1
+
+
+# --- the Dispatcher's retention options (purge_after, purge_interval, purge_batch) ---------
+
+_PURGE_OPTIONS: dict[str, tuple[list[Any], list[Any]]] = {
+    # option: (accepted, rejected). None turns purge_after off; the others need a value.
+    "purge_after": (
+        [None, 1, 2**63 - 1, timedelta(days=7), timedelta(milliseconds=1)],
+        [0, -1, 2**63, "", "7d", 1.5, True, timedelta(0), timedelta(days=-1),
+         timedelta(microseconds=999), float("nan")],
+    ),
+    "purge_interval": (
+        [0.001, 1, 3600.0],
+        [None, 0, -1, "", float("nan"), True, "60"],
+    ),
+    "purge_batch": (
+        [1, 2**31 - 1],
+        [None, 0, -1, 2**31, 2**63, 2**63 - 1, "", 1.0, True],
+    ),
+}
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    (option, value) for option, (_, rejected) in _PURGE_OPTIONS.items() for value in rejected
+])
+def test_a_dispatchers_bad_retention_option_is_invalid_argument_and_purges_nothing(
+    option: str, value: Any
+) -> None:
+    store = MemoryJobStore()
+    store.schedule("sent", store.now_ms() - 1)
+    assert store.lease("h", None, 1) is not None
+    assert store.mark_dispatched("sent", "h", "bot").recorded
+    before = store.list_all()
+    kwargs: dict[str, Any] = {"purge_after": 1, option: value}
+    with pytest.raises(InvalidArgument) as raised:
+        Dispatcher(store, lambda job: None, **kwargs)
+    assert raised.value.sqlstate in DOCUMENTED
+    assert store.list_all() == before
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    (option, value) for option, (accepted, _) in _PURGE_OPTIONS.items() for value in accepted
+])
+def test_a_dispatchers_retention_option_at_its_bounds_is_accepted(option: str, value: Any) -> None:
+    kwargs: dict[str, Any] = {option: value}
+    d = Dispatcher(MemoryJobStore(), lambda job: None, **kwargs)
+    if option == "purge_after":
+        assert d.purge_after_ms == (None if value is None else
+                                    value if isinstance(value, int) else
+                                    value // timedelta(milliseconds=1))

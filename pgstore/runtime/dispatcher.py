@@ -24,6 +24,15 @@ with every lease of the job and never goes backwards, even across a failover:
 call. The dispatcher fences its renew, mark_dispatched and release with it, so
 a lease lost in a failover cannot record a dispatch made under the next one.
 
+Retention (off by default): with ``purge_after`` (a ``timedelta``, or ms), the
+dispatcher deletes the jobs that finished (dispatched, or cancelled) more than
+that long ago, through the store's ``purge`` (``job_purge``): a round at start
+and then every ``purge_interval`` seconds, in calls of ``purge_batch`` jobs
+(one transaction each) until a call deletes fewer. ``job_purge`` is the schema
+owner's alone, so a store connected as the client role fails ``start()`` with
+``NotPermitted`` (checked by a purge that can delete nothing). A failed round
+is logged and retried at the next interval; it never stops the dispatching.
+
 Wake-ups: with a PostgreSQL store, an idle dispatcher LISTENs on the store's
 ``job_channel()``, which ``job_schedule`` notifies at commit, so a job
 scheduled due-now is leased within a fraction of a second while the poll
@@ -42,10 +51,11 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal
 
 from pgstore import _validate as v
-from pgstore.errors import InvalidArgument
+from pgstore.errors import InvalidArgument, NotPermitted
 from pgstore.models import Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
@@ -58,6 +68,7 @@ from pgstore.runtime.events import (
     Dispatch,
     HandlerRun,
     LeaseLost,
+    Purge,
     Recall,
     Reconnected,
     Refused,
@@ -81,6 +92,9 @@ RecallFn = Callable[[Job, "str | None"], Any]
 MARK_TIMEOUT = 300.0
 #: The longest pause between two attempts of a failing ``mark_dispatched`` (seconds).
 MARK_RETRY_MAX = 2.0
+#: Retention defaults: a round every hour, 1000 jobs per ``job_purge`` call.
+PURGE_INTERVAL = 3600.0
+PURGE_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -121,7 +135,9 @@ class Dispatcher(Runtime):
     LISTENs there instead of on the store's database (behind PgBouncer in transaction
     mode, give it a direct connection to the server: LISTEN needs a session).
     ``on_event`` is called with each event (``pgstore.runtime.events``; more with
-    ``subscribe``).
+    ``subscribe``). ``purge_after`` (a ``timedelta`` or ms; None, the default: never)
+    turns retention on, ``purge_interval`` (seconds, default an hour) and
+    ``purge_batch`` (jobs per call, default 1000) shape it; see the module's doc.
     """
 
     log = log
@@ -143,6 +159,9 @@ class Dispatcher(Runtime):
         listen: bool | str = True,
         mark_timeout: float = MARK_TIMEOUT,
         on_event: Subscriber | None = None,
+        purge_after: timedelta | int | None = None,
+        purge_interval: float = PURGE_INTERVAL,
+        purge_batch: int = PURGE_BATCH,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -164,6 +183,12 @@ class Dispatcher(Runtime):
         self.recall = recall
         self.backoff = backoff or Backoff()
         self.mark_timeout = positive_seconds("mark_timeout", mark_timeout)
+        #: Retention: jobs finished this many ms ago are purged (None: never).
+        self.purge_after_ms = _purge_after_ms(purge_after)
+        self.purge_interval = positive_seconds("purge_interval", purge_interval)
+        self.purge_batch = v.positive("purge_batch", purge_batch, maximum=v.INTEGER_MAX)
+        self._purge = jobs.purge
+        self._purger: asyncio.Task[None] | None = None
         self._lease = jobs.lease
         self._renew = jobs.renew
         self._mark = jobs.mark_dispatched
@@ -179,6 +204,9 @@ class Dispatcher(Runtime):
 
     async def _prepare(self) -> None:
         await super()._prepare()
+        if self.purge_after_ms is not None and self._purger is None:
+            await self._check_purge()
+            self._purger = asyncio.get_running_loop().create_task(self._purging())
         if self._listen is not False and self._listener is None:
             self._listener = JobListener.for_store(
                 self.store, self.wake, self.poll_interval, log, self.holder,
@@ -199,7 +227,61 @@ class Dispatcher(Runtime):
             self.emit(Reconnected(runtime="dispatcher", owner=self.holder,
                                   component="listener"))
 
+    async def _check_purge(self) -> None:
+        """Fail at start when the store may not purge: a purge of what finished before
+        the epoch, which deletes nothing."""
+        try:
+            await self._purge(0, 1)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "42501":
+                raise
+            raise NotPermitted(
+                f"{self.holder}: purge_after needs EXECUTE on job_purge, which only the "
+                "schema's owner has (the client role does not): give this Dispatcher a "
+                "store connected as the owner, or leave purge_after unset and run "
+                f"`pgstore purge` as the owner ({type(exc).__name__}: {exc})"
+            ) from None
+
+    async def _purging(self) -> None:
+        """A retention round now, then one every ``purge_interval`` s, until cancelled."""
+        while True:
+            await self.purge_round()
+            await asyncio.sleep(self.purge_interval)
+
+    async def purge_round(self) -> int:
+        """One retention round: purge, ``purge_batch`` jobs per call, what finished more
+        than ``purge_after`` before now, until a call deletes fewer (or stop); returns
+        how many went. A failure is logged (and reported), never raised."""
+        assert self.purge_after_ms is not None, "purge_after is not set"
+        before: int | None = None
+        deleted = batches = 0
+        try:
+            before = max(0, await self.now() - self.purge_after_ms)
+            while not self.stopping:
+                went = await self._purge(before, self.purge_batch)
+                deleted += went
+                batches += 1
+                if went < self.purge_batch:
+                    break
+        except Exception as exc:
+            log.warning("%s: purge of jobs finished before %s failed after %d deleted: "
+                        "%s: %s; retrying in %gs", self.holder, before, deleted,
+                        type(exc).__name__, exc, self.purge_interval)
+            self.emit(Purge(runtime="dispatcher", owner=self.holder, before=before,
+                            deleted=deleted, batches=batches, outcome="error",
+                            error=f"{type(exc).__name__}: {exc}"))
+            return deleted
+        log.info("%s: purged %d jobs finished before %s (%d call(s))", self.holder, deleted,
+                 before, batches)
+        self.emit(Purge(runtime="dispatcher", owner=self.holder, before=before,
+                        deleted=deleted, batches=batches, outcome="ok"))
+        return deleted
+
     async def _shutdown(self) -> None:
+        if self._purger is not None:
+            self._purger.cancel()
+            await asyncio.gather(self._purger, return_exceptions=True)
+            self._purger = None
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None
@@ -390,6 +472,16 @@ class Dispatcher(Runtime):
 
         return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor, what=job.run_id,
                           owner=self.holder, log=log, on_lost=lost)
+
+
+def _purge_after_ms(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        if value <= timedelta(0):
+            raise InvalidArgument("purge_after must be a positive age")
+        value = value // timedelta(milliseconds=1)
+    return v.positive("purge_after", value)
 
 
 def _fence(job: Job) -> tuple[int, ...]:

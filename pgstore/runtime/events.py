@@ -36,6 +36,8 @@ The events, in the order a piece of work meets them:
 * ``Release``: the dispatcher released a job whose dispatch raised, for a retry.
 * ``ConnectionLost`` / ``Reconnected``: the dispatcher's listening connection
   (``listener``), or the store while ``start()`` retried (``store``).
+* ``Purge``: the dispatcher's retention round (``purge_after``) deleted
+  ``deleted`` finished jobs in ``batches`` calls of ``job_purge``, or failed.
 * ``Stopping``: a graceful stop began; ``Abandoned``: its grace period ran out.
 """
 
@@ -56,6 +58,7 @@ __all__ = [
     "EventHub",
     "HandlerRun",
     "LeaseLost",
+    "Purge",
     "Recall",
     "Reconnected",
     "Refused",
@@ -228,6 +231,18 @@ class Abandoned(Event):
     """The grace period ran out with ``running`` pieces of work; none is committed."""
 
     running: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Purge(Event):
+    """One retention round: jobs finished before ``before`` deleted (``deleted`` in
+    ``batches`` calls), ``ok``, or ``error`` (the round stopped; the next one retries)."""
+
+    before: int | None
+    deleted: int
+    batches: int
+    outcome: Literal["ok", "error"]
+    error: str | None = None
 
 
 #: A subscriber: called with each event, on the loop's thread.

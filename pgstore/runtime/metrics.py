@@ -101,6 +101,10 @@ class RuntimeMetrics:
         self.reconnects = counter(
             "reconnects", "Connections restored after a loss, by component.",
             ("runtime", "component"))
+        self.purges = counter(
+            "purges", "Retention rounds (purge_after) by outcome: ok, error.", ("outcome",))
+        self.purged = counter(
+            "purged_jobs", "Finished jobs deleted by the retention rounds.", ())
         self.lateness = Histogram(
             "dispatch_lateness_seconds", "Seconds from the due time to the claim: now - "
             "dispatch_at (jobs), now - next_run_at (schedules).", ("runtime",),
@@ -136,6 +140,8 @@ class RuntimeMetrics:
         self.reconnects.labels(runtime, "listener")
         for outcome in ("released", "refused", "error"):
             self.releases.labels(outcome)
+        for outcome in ("ok", "error"):
+            self.purges.labels(outcome)
 
     def observe(self, runtime: Runtime) -> Callable[[], None]:
         """Count ``runtime``'s events from now on (its kind's series start at 0); returns
@@ -169,6 +175,9 @@ class RuntimeMetrics:
             self.connection_losses.labels(r, event.component).inc()
         elif isinstance(event, ev.Reconnected):
             self.reconnects.labels(r, event.component).inc()
+        elif isinstance(event, ev.Purge):
+            self.purges.labels(event.outcome).inc()
+            self.purged.inc(event.deleted)
 
 
 class StoreStatsCollector(Collector):
