@@ -37,11 +37,16 @@ def _never(job: Job) -> None:
 
 
 def _finished(dsn: str, schema: str, run_ids: list[str], age_ms: int) -> None:
-    """Dispatch ``run_ids`` (scheduled due now) and date their finish ``age_ms`` back."""
+    """Dispatch ``run_ids`` and date their finish ``age_ms`` back.
+
+    They are due a day ahead and leased with a clock a day ahead, so a Dispatcher
+    running beside this (on the server's clock) never leases them itself.
+    """
     with PgJobStore(dsn, schema=schema) as jobs:
         for run_id in run_ids:
-            jobs.schedule(run_id, jobs.now_ms() - 1)
-            leased = jobs.lease("earlier", None, 60_000)
+            ahead = jobs.now_ms() + DAY
+            jobs.schedule(run_id, ahead)
+            leased = jobs.lease("earlier", ahead, 60_000)
             assert leased is not None and leased.run_id == run_id
             assert jobs.mark_dispatched(run_id, "earlier", "bot").recorded
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -105,14 +110,12 @@ def test_rounds_repeat_every_purge_interval(pgstore_database: str, pgstore_schem
                    purge_after=1_000, purge_interval=0.2,
                    on_event=lambda e: rounds.append(e) if isinstance(e, ev.Purge) else None)
 
-    # Finished just now, before the Dispatcher starts (it would lease them itself):
-    # a round at start finds them too young, a later one old enough.
-    _finished(dsn, schema, ["a", "b", "c"], 0)
-
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("a second round, and the three deleted",
-                     lambda: len(rounds) >= 2 and sum(r.deleted for r in rounds) == 3)
+        await _until("the first round", lambda: bool(rounds))
+        assert rounds[0].deleted == 0
+        await asyncio.to_thread(_finished, dsn, schema, ["a", "b", "c"], 5_000)
+        await _until("a round that deletes them", lambda: sum(r.deleted for r in rounds) == 3)
         d.stop()
         await task
 
