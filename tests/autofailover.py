@@ -5,7 +5,7 @@ PostgreSQL binaries its extension was built for (``postgresql-NN-auto-failover``
 a monitor and two nodes on free 127.0.0.1 ports, every file (data, ``pg_autoctl``'s
 configuration, state and pid files through ``HOME`` and the ``XDG_*`` variables)
 inside one temporary directory. As root, everything runs as the unprivileged user
-``tests/ha.py`` picks (PostgreSQL refuses to run as root).
+``pgstore/testing_ha.py`` picks (PostgreSQL refuses to run as root).
 
 Started fast:
 
@@ -49,7 +49,7 @@ from typing import Any
 
 import psycopg
 
-from tests.ha import free_port, server_user, wait_for
+from pgstore.testing_ha import free_port, server_user, wait_for
 
 #: The monitor's settings: health checks every second, a node unhealthy after 2 s
 #: without a report, a dead primary given up on after 3 s (defaults: 5 s, 20 s, 30 s).

@@ -36,8 +36,8 @@ import psycopg
 import pytest
 
 from pgstore.testing import install_schema
+from pgstore.testing_ha import wait_for
 from tests.autofailover import Formation, autoctl_binaries, formation
-from tests.ha import wait_for
 from tests.test_failover_runtime import (
     RESUME_SECONDS,
     SCHEMA,

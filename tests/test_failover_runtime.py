@@ -1,6 +1,6 @@
 """A Scheduler and a Dispatcher survive a promotion, given a multi-host DSN.
 
-Each trial builds a primary and a streaming standby of its own (``tests/ha.py``)
+Each trial builds a primary and a streaming standby of its own (``pgstore/testing_ha.py``)
 and starts both runtimes on stores built from ``Pair.multi_host_dsn()``
 (``host=a,b ... target_session_attrs=read-write``: each store's own pool, and the
 Dispatcher's listener, connect to whichever server is writable). The Scheduler
@@ -48,7 +48,10 @@ from pgstore import (
     Scheduler,
 )
 from pgstore.testing import install_schema
-from tests.ha import Pair, ha_pair, wait_for
+from pgstore.testing_ha import Pair, ha_pair, wait_for
+
+#: One pytest-xdist worker runs every failover rig (``--dist loadgroup``).
+pytestmark = pytest.mark.xdist_group("ha")
 
 SCHEMA = "pgstore"
 #: Two interval tasks (ms): they come due several times a second.
