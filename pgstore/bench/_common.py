@@ -26,7 +26,7 @@ from pgstore.schema.objects import load
 #: Every schema a benchmark creates starts with this.
 PREFIX = "pgstore_bench_"
 
-SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup")
+SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha")
 
 Conn = psycopg.Connection[Any]
 
