@@ -10,14 +10,17 @@ from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, Schema
 from pgstore.memory.jobs import MemoryJobStore
 from pgstore.memory.schedules import MemoryScheduleStore
 from pgstore.models import (
+    DEFAULT_MAX_ATTEMPTS,
     CancelResult,
     ClaimResult,
     CompletePatch,
     Job,
     JobFilter,
     JobPage,
+    JobState,
     LastStatus,
     MarkResult,
+    RetryResult,
     ScheduleKind,
     ScheduleRecord,
     StoreStats,
@@ -31,6 +34,7 @@ from pgstore.schema.files import versions_dir
 from pgstore.schema.objects import DEFAULT_SCHEMA, HEAD_REVISION
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_SCHEMA",
     "HEAD_REVISION",
     "AsyncJobStore",
@@ -46,6 +50,7 @@ __all__ = [
     "Job",
     "JobFilter",
     "JobPage",
+    "JobState",
     "JobStore",
     "LastStatus",
     "MarkResult",
@@ -55,6 +60,7 @@ __all__ = [
     "PgScheduleStore",
     "PgStoreError",
     "ReadOnlyServer",
+    "RetryResult",
     "RunContext",
     "ScheduleKind",
     "ScheduleRecord",

@@ -36,7 +36,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0009"
+HEAD = "pgstore_0010"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -1162,7 +1162,7 @@ def test_run_dispatcher_factory_until_sigint(
     assert sorted((m[1], m[2]) for m in sent) == [
         ("flaky-c", "flaky-c"), ("meeting-a", "meeting-a"), ("meeting-b", "meeting-b")
     ], log
-    assert _messages(events, "pgstore.dispatcher", rf"{who}: dispatch of flaky-c failed \(attempt 1\)")
+    assert _messages(events, "pgstore.dispatcher", rf"{who}: dispatch of flaky-c failed \(attempt 1 of 25\)")
     assert "ConnectionError: the provider did not answer" in log
     assert _messages(events, "pgstore.dispatcher", rf"{who}: released flaky-c for a retry at \d+")
     assert _messages(

@@ -6,8 +6,11 @@ sends the bot and returns its worker id (or None). Then ``mark_dispatched``:
 when the answer is ``cancelled`` (a cancel arrived meanwhile) or not
 ``recorded`` (the lease was lost and another holder took the job), the user's
 ``recall(job, worker_id)`` is called so the bot leaves at once. When
-``dispatch`` raises, the job is released for a retry at a time given by
-``backoff``.
+``dispatch`` raises, the job is released, with the error's text, for a retry at
+a time given by ``backoff`` for the job's **stored** attempt count (the lease
+counted it: a restarted dispatcher continues from it, it does not start over).
+The release of a job's last attempt (``attempts >= max_attempts``) fails the job
+for good instead; ``retry`` (``pgstore retry RUN_ID``) revives it.
 
 The lease is renewed every third of ``ttl_ms`` (by the keeper the Scheduler
 uses too) from the lease until the mark has an answer: through ``dispatch``
@@ -46,7 +49,7 @@ from typing import Any
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
-from pgstore.models import Job
+from pgstore.models import ERROR_MAX_CHARS, Job
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime.base import Clock, Runtime, default_owner, positive_seconds
@@ -88,7 +91,8 @@ class Backoff:
             raise InvalidArgument("jitter must be in [0, 1)")
 
     def delay_ms(self, attempt: int) -> int:
-        """The delay before retry number ``attempt`` (1 for the first retry)."""
+        """The delay before retry number ``attempt`` (1 for the first retry: the
+        dispatcher passes the job's stored attempts, the failed lease included)."""
         exponent = max(attempt, 1) - 1
         raw = min(float(self.max_ms), self.base_ms * self.factor ** min(exponent, 64))
         spread = 1 + self.jitter * (2 * self.random() - 1)
@@ -148,7 +152,6 @@ class Dispatcher(Runtime):
         self._renew = jobs.renew
         self._mark = jobs.mark_dispatched
         self._release = jobs.release
-        self._attempts: dict[str, int] = {}
         self._listener: JobListener | None = None
         self._listen = listen
 
@@ -194,9 +197,9 @@ class Dispatcher(Runtime):
                 log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
                             self.holder, job.run_id)
                 raise
-            except Exception:
+            except Exception as exc:
                 keeper.cancel()
-                await self._retry_later(job)
+                await self._retry_later(job, exc)
                 return
             worker_id = None if result is None else str(result)
             mark = await self._mark_dispatched(job, worker_id)
@@ -205,7 +208,6 @@ class Dispatcher(Runtime):
         if mark is None:
             why = f"not recorded within mark_timeout ({self.mark_timeout:g}s)"
         else:
-            self._attempts.pop(job.run_id, None)
             if mark.recorded and not mark.cancelled:
                 log.info("%s: dispatched %s to %s", self.holder, job.run_id, worker_id)
                 return
@@ -238,22 +240,30 @@ class Dispatcher(Runtime):
                     return None
                 await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
 
-    async def _retry_later(self, job: Job) -> None:
-        attempt = self._attempts.get(job.run_id, 0) + 1
-        self._attempts[job.run_id] = attempt
-        log.exception("%s: dispatch of %s failed (attempt %d)", self.holder, job.run_id,
-                      attempt)
+    async def _retry_later(self, job: Job, exc: Exception) -> None:
+        """Release ``job`` with ``exc``'s text after its dispatch raised: for a retry at the
+        backoff of its stored attempts (what the lease counted, this one included), or,
+        when this lease was its last, to fail it for good."""
+        attempt = max(job.attempts, 1)
+        log.exception("%s: dispatch of %s failed (attempt %d of %d)", self.holder,
+                      job.run_id, attempt, job.max_attempts)
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
-            released = await self._release(job.run_id, self.holder, retry_at, *_fence(job))
+            released = await self._release(
+                job.run_id, self.holder, retry_at, _sequence(job), error
+            )
         except Exception:
             log.exception("%s: release of %s failed; its lease will expire", self.holder,
                           job.run_id)
             return
-        if released:
-            log.info("%s: released %s for a retry at %s", self.holder, job.run_id, retry_at)
-        else:
+        if not released:
             log.warning("%s: release of %s refused: no longer held", self.holder, job.run_id)
+        elif job.last_attempt:
+            log.error("%s: %s failed for good after %d attempt(s): %s", self.holder,
+                      job.run_id, attempt, error)
+        else:
+            log.info("%s: released %s for a retry at %s", self.holder, job.run_id, retry_at)
 
     def _keeper(self, job: Job, anchor: float) -> Coroutine[Any, Any, None]:
         """The shared keeper for one job, from its lease until its mark has an answer."""
@@ -269,6 +279,11 @@ class Dispatcher(Runtime):
 
         return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor, what=job.run_id,
                           owner=self.holder, log=log, on_lost=lost)
+
+
+def _sequence(job: Job) -> int | None:
+    """``_fence`` as one argument: the job's lease sequence, or None (no fence)."""
+    return job.lease_sequence or None
 
 
 def _fence(job: Job) -> tuple[int, ...]:
