@@ -94,7 +94,7 @@ class RuntimeMetrics:
             "(ok, error, none).", ("reason", "outcome"))
         self.releases = counter(
             "releases", "Jobs released for a retry after a failed dispatch, by outcome "
-            "(released, refused, error).", ("outcome",))
+            "(released, failed: its last attempt spent, refused, error).", ("outcome",))
         self.connection_losses = counter(
             "connection_losses", "Connections lost: listener (the LISTEN connection), store "
             "(unreachable at start).", ("runtime", "component"))
@@ -138,7 +138,7 @@ class RuntimeMetrics:
         self.completes.labels(runtime, "cancelled")
         self.connection_losses.labels(runtime, "listener")
         self.reconnects.labels(runtime, "listener")
-        for outcome in ("released", "refused", "error"):
+        for outcome in ("released", "failed", "refused", "error"):
             self.releases.labels(outcome)
         for outcome in ("ok", "error"):
             self.purges.labels(outcome)
