@@ -79,7 +79,9 @@ import importlib.metadata
 import os
 import shutil
 import sys
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -101,6 +103,9 @@ from pgstore.cli.format import (
 from pgstore.errors import PgStoreError
 from pgstore.models import JobFilter
 from pgstore.schema.objects import DEFAULT_SCHEMA
+
+if TYPE_CHECKING:
+    from pgstore.postgres.jobs import PgJobStore
 
 __all__ = [
     "CUT_MARK",
@@ -251,23 +256,32 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_jobs(args: argparse.Namespace) -> int:
+@contextmanager
+def _job_store(args: argparse.Namespace) -> Iterator[PgJobStore]:
+    """The schema's job store over one connection of our own (not a pool, which would
+    retry a bad DSN for its whole timeout), started: ``SchemaNotReady``, saying what to
+    run, when the schema is not at head."""
     from pgstore.postgres.jobs import PgJobStore
 
-    limit: int | None = args.limit or None  # 0: no limit
     conn: psycopg.Connection[Any]
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         store = PgJobStore(conn, schema=args.schema)
         try:
-            store.start()  # SchemaNotReady, saying what to run, when not at head
-            now = store.now_ms()
-            selected: JobFilter = (
-                "dispatched" if args.dispatched else "due" if args.due
-                else "failed" if args.failed else "all"
-            )
-            page = store.list_jobs(selected, now, limit)
+            store.start()
+            yield store
         finally:
             store.close()
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    limit: int | None = args.limit or None  # 0: no limit
+    selected: JobFilter = (
+        "dispatched" if args.dispatched else "due" if args.due
+        else "failed" if args.failed else "all"
+    )
+    with _job_store(args) as store:
+        now = store.now_ms()
+        page = store.list_jobs(selected, now, limit)
     jobs, total = page.jobs, page.matching
     print(f"schema {args.schema!r}, database clock {format_instant(now)}")
     if not jobs:
@@ -282,18 +296,11 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 def _cmd_retry(args: argparse.Namespace) -> int:
     from pgstore.models import RetryResult
-    from pgstore.postgres.jobs import PgJobStore
 
-    conn: psycopg.Connection[Any]
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        store = PgJobStore(conn, schema=args.schema)
-        try:
-            store.start()  # SchemaNotReady, saying what to run, when not at head
-            answer = store.retry(args.run_id, args.at)
-            job = store.get(args.run_id)
-            now = store.now_ms()
-        finally:
-            store.close()
+    with _job_store(args) as store:
+        answer = store.retry(args.run_id, args.at)
+        job = store.get(args.run_id)
+        now = store.now_ms()
     if answer is RetryResult.MISSING or job is None:
         raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
     if answer is RetryResult.NOT_FAILED:
@@ -325,17 +332,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_purge(args: argparse.Namespace) -> int:
     from pgstore.cli.purge import purge_in_batches
-    from pgstore.postgres.jobs import PgJobStore
 
-    conn: psycopg.Connection[Any]
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        store = PgJobStore(conn, schema=args.schema)
-        try:
-            store.start()  # SchemaNotReady, saying what to run, when not at head
-            before = max(0, store.now_ms() - args.older_than)
-            total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
-        finally:
-            store.close()
+    with _job_store(args) as store:
+        before = max(0, store.now_ms() - args.older_than)
+        total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
     print(
         f"schema {args.schema!r}: purged {total} jobs finished before {format_instant(before)}"
     )
