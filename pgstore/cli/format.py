@@ -75,6 +75,7 @@ COLUMNS = (
     "next_run_at",
     "last_run_at",
     "last_status",
+    "catch_up",
     "fencing_token",
     "lease",
 )
@@ -95,6 +96,7 @@ def schedules_table(
                 format_instant(r.next_run_at),
                 format_instant(r.last_run_at),
                 r.last_status or NULL,
+                r.catch_up,
                 str(r.fencing_token),
                 lease_state(r, now_ms, limit),
             )
