@@ -36,7 +36,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0010"
+HEAD = "pgstore_0011"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -163,7 +163,7 @@ def test_migrate_current_schedules_downgrade(
         assert store.claim_due("a-held", "worker-1", None, 600_000) is not None
         store.register("b-expired", "once", "0", now - 1_000)
         assert store.claim_due("b-expired", "worker-2", now - 500, 1) is not None
-        store.register("c-free", "cron", "*/5 * * * *", 1_700_000_000_000)
+        store.register("c-free", "cron", "*/5 * * * *", 1_700_000_000_000, None, "all")
         store.register("d-done", "interval", "1000", 0)
         claim = store.claim_due("d-done", "worker-3", None, 60_000)
         assert claim is not None
@@ -189,6 +189,7 @@ def test_migrate_current_schedules_downgrade(
         "last_run_at",
         "last_status",
         "failures",
+        "catch_up",
         "fencing_token",
         "lease",
     ]
@@ -196,17 +197,18 @@ def test_migrate_current_schedules_downgrade(
     rows = {line.split()[0]: line for line in lines[3:]}
     assert list(rows) == ["a-held", "b-expired", "c-free", "d-done", "e-failing"]  # by id
 
-    assert re.search(rf"interval +60000 +\d+ \({ISO}\) +- +- +0 +1 +", rows["a-held"])
+    assert re.search(rf"interval +60000 +\d+ \({ISO}\) +- +- +0 +once +1 +", rows["a-held"])
     assert re.search(rf"held by worker-1 until {ISO} \(in (599|600)s\)$", rows["a-held"])
     assert rows["b-expired"].endswith("expired (worker-2)")
     assert "1700000000000 (2023-11-14T22:13:20.000Z)" in rows["c-free"]
     assert "*/5 * * * *" in rows["c-free"]
+    assert re.search(r" - +- +0 +all +0 +free$", rows["c-free"])
     assert rows["c-free"].endswith("free")
     assert re.search(
-        r"d-done +interval +1000 +- +1600000000000 \(2020-09-13T12:26:40\.000Z\) +ok +0 +1 +free$",
+        r"d-done +interval +1000 +- +1600000000000 \(2020-09-13T12:26:40\.000Z\) +ok +0 +once +1 +free$",
         rows["d-done"],
     )
-    assert re.search(r" +error +2 +2 +free$", rows["e-failing"])  # 2 failures in a row, token 2
+    assert re.search(r" +error +2 +once +2 +free$", rows["e-failing"])  # 2 failures in a row, token 2
 
     status, out, err = cli("downgrade", *where, "--yes")
     assert (status, err) == (0, "")
@@ -1171,7 +1173,7 @@ def test_run_scheduler_until_sigterm(
     raised = [m for lvl, _, m in events if lvl == "ERROR"]
     assert raised and all(re.fullmatch(rf"{who}: boom token \d+ raised", m) for m in raised), log
     assert "RuntimeError: boom goes the handler" in log  # the traceback follows its line
-    assert _messages(events, "pgstore.scheduler", rf"{who}: registered tick \(interval 200\), next run at \d+")
+    assert _messages(events, "pgstore.scheduler", rf"{who}: registered tick \(interval 200, catch_up once\), next run at \d+")
     assert _messages(
         events,
         "pgstore.run",

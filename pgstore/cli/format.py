@@ -76,6 +76,7 @@ COLUMNS = (
     "last_run_at",
     "last_status",
     "failures",
+    "catch_up",
     "fencing_token",
     "lease",
 )
@@ -97,6 +98,7 @@ def schedules_table(
                 format_instant(r.last_run_at),
                 r.last_status or NULL,
                 str(r.consecutive_failures),
+                r.catch_up,
                 str(r.fencing_token),
                 lease_state(r, now_ms, limit),
             )
