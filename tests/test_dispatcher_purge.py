@@ -37,11 +37,14 @@ def _never(job: Job) -> None:
 
 
 def _finished(dsn: str, schema: str, run_ids: list[str], age_ms: int) -> None:
-    """Dispatch ``run_ids`` (scheduled due now) and date their finish ``age_ms`` back."""
+    """Dispatch ``run_ids`` and date their finish ``age_ms`` back. They are due far ahead
+    and leased at that time, so a running dispatcher (on the real clock) never sees them
+    due."""
     with PgJobStore(dsn, schema=schema) as jobs:
         for run_id in run_ids:
-            jobs.schedule(run_id, jobs.now_ms() - 1)
-            leased = jobs.lease("earlier", None, 60_000)
+            ahead = jobs.now_ms() + 400 * DAY
+            jobs.schedule(run_id, ahead)
+            leased = jobs.lease("earlier", ahead, 60_000)
             assert leased is not None and leased.run_id == run_id
             assert jobs.mark_dispatched(run_id, "earlier", "bot").recorded
     with psycopg.connect(dsn, autocommit=True) as conn:
