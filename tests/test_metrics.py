@@ -393,3 +393,27 @@ def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
         cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "usage:" in done.stderr
+
+
+def _constant(stats: StoreStats) -> Callable[[], StoreStats]:
+    return lambda: stats
+
+
+def test_jobs_failed_is_exported_where_store_stats_has_it(
+    pgstore_database: str, pgstore_schema: str
+) -> None:
+    """A schema revision adds ``jobs_failed`` to store_stats(): the gauge appears with it
+    (here a reading of this schema with the column added), and is absent without it."""
+    from dataclasses import asdict, dataclass
+
+    @dataclass(frozen=True)
+    class WithFailed(StoreStats):
+        jobs_failed: int = 0
+
+    with PgJobStore(pgstore_database, schema=pgstore_schema) as store:
+        reading = store.stats()
+    for stats, expected in ((reading, None), (WithFailed(**asdict(reading), jobs_failed=3), 3)):
+        registry = CollectorRegistry()
+        registry.register(StoreStatsCollector(_constant(stats)))
+        assert registry.get_sample_value("pgstore_jobs_failed") == expected
+        assert registry.get_sample_value("pgstore_store_stats_up") == 1
