@@ -38,6 +38,7 @@ from pgstore.bench._common import (
     schema_name,
 )
 from pgstore.bench._common import summary as summarize
+from pgstore.bench._scale import lease_statement
 
 NOW = 10**13
 #: Jobs deleted per ``job_purge`` call in this section.
@@ -89,6 +90,20 @@ class Table:
             assert row is not None and str(row[0]).startswith("d-"), row
             self.conn.execute(mark, (row[0],))
         return t.mean_us
+
+    def lease_buffers(self) -> int:
+        """Shared buffers (hit + read) one lease touches: EXPLAIN (ANALYZE, BUFFERS) of
+        job_lease's statement, rolled back. The machine's load does not move it."""
+        self.conn.execute(b"BEGIN")
+        try:
+            row = self.conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {lease_statement(self.s, NOW)}"
+                .encode()).fetchone()
+        finally:
+            self.conn.execute(b"ROLLBACK")
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
     def purge(self, before: int) -> dict[str, Any]:
         """``job_purge(before, PURGE_BATCH)`` until a call deletes fewer; totals and time."""
@@ -161,10 +176,13 @@ def run_retention(cfg: Settings) -> dict[str, Any]:
                 if rep:
                     a.append(x)
                     b.append(y)
+            buffers = {"small": small.lease_buffers(), "other": other.lease_buffers()}
             cfg.log(f"  retention: {label}: {summarize(b)['median']:.0f} µs against "
-                    f"{summarize(a)['median']:.0f} µs")
+                    f"{summarize(a)['median']:.0f} µs; {buffers['other']} buffers per lease"
+                    f" against {buffers['small']}")
             return {"small_us": summarize(a), "other_us": summarize(b),
-                    "ratio": summarize([y / x for x, y in zip(a, b, strict=True)])}
+                    "ratio": summarize([y / x for x, y in zip(a, b, strict=True)]),
+                    "buffers": buffers}
 
         cases: dict[str, Any] = {}
         states: dict[str, Any] = {}

@@ -204,15 +204,20 @@ def _size(v: Variant) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def lease_statement(s: str, now: int = NOW) -> str:
+    """job_lease's UPDATE on schema ``s`` (quoted) at ``now``, with literal values."""
+    return (f"UPDATE {s}.jobs j SET lease_holder = 'explain', lease_until = {now + 60000}"
+            f" WHERE j.run_id = (SELECT c.run_id FROM {s}.jobs c WHERE NOT c.dispatched"
+            f" AND NOT c.cancelled AND c.dispatch_at <= {now} AND (c.lease_until IS NULL"
+            f" OR c.lease_until <= {now}) ORDER BY c.dispatch_at, c.run_id LIMIT 1"
+            f" FOR UPDATE SKIP LOCKED) RETURNING j.*")
+
+
 def _plan(v: Variant, what: str) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the statement inside the function, rolled back."""
     s = v.s
     if what == "job_lease":
-        stmt = (f"UPDATE {s}.jobs j SET lease_holder = 'explain', lease_until = {NOW + 60000}"
-                f" WHERE j.run_id = (SELECT c.run_id FROM {s}.jobs c WHERE NOT c.dispatched"
-                f" AND NOT c.cancelled AND c.dispatch_at <= {NOW} AND (c.lease_until IS NULL"
-                f" OR c.lease_until <= {NOW}) ORDER BY c.dispatch_at, c.run_id LIMIT 1"
-                f" FOR UPDATE SKIP LOCKED) RETURNING j.*")
+        stmt = lease_statement(s)
     else:
         stmt = (f"SELECT c.id FROM {s}.schedules c WHERE c.next_run_at IS NOT NULL AND"
                 f" c.next_run_at <= {NOW} AND (c.lease_until IS NULL OR c.lease_until <= {NOW})"
