@@ -16,14 +16,17 @@ from pgstore.errors import (
 from pgstore.memory.jobs import MemoryJobStore
 from pgstore.memory.schedules import MemoryScheduleStore
 from pgstore.models import (
+    DEFAULT_MAX_ATTEMPTS,
     CancelResult,
     ClaimResult,
     CompletePatch,
     Job,
     JobFilter,
     JobPage,
+    JobState,
     LastStatus,
     MarkResult,
+    RetryResult,
     ScheduleKind,
     ScheduleRecord,
     StoreStats,
@@ -37,6 +40,7 @@ from pgstore.schema.files import versions_dir
 from pgstore.schema.objects import DEFAULT_SCHEMA, HEAD_REVISION
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_SCHEMA",
     "HEAD_REVISION",
     "AsyncJobStore",
@@ -52,6 +56,7 @@ __all__ = [
     "Job",
     "JobFilter",
     "JobPage",
+    "JobState",
     "JobStore",
     "LastStatus",
     "MarkResult",
@@ -62,6 +67,7 @@ __all__ = [
     "PgScheduleStore",
     "PgStoreError",
     "ReadOnlyServer",
+    "RetryResult",
     "RunContext",
     "ScheduleKind",
     "ScheduleRecord",

@@ -7,14 +7,18 @@ from enum import Enum
 from typing import Literal
 
 __all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "ERROR_MAX_CHARS",
     "LAST_STATUSES",
     "SCHEDULE_KINDS",
     "CancelResult",
     "ClaimResult",
     "CompletePatch",
     "Job",
+    "JobState",
     "LastStatus",
     "MarkResult",
+    "RetryResult",
     "ScheduleKind",
     "ScheduleRecord",
 ]
@@ -25,6 +29,16 @@ LastStatus = Literal["ok", "error"]
 SCHEDULE_KINDS: tuple[ScheduleKind, ...] = ("cron", "interval", "once")
 LAST_STATUSES: tuple[LastStatus, ...] = ("ok", "error")
 
+#: How many leases a job scheduled without ``max_attempts`` may have: the store default
+#: (``store_settings.default_max_attempts`` in PostgreSQL, which the owner may change).
+DEFAULT_MAX_ATTEMPTS = 25
+#: The longest error text ``release`` keeps (characters); a longer one is bad input.
+ERROR_MAX_CHARS = 4096
+
+#: Where a job stands (``Job.state``): waiting (to be leased, or leased), or finished
+#: as dispatched, cancelled (never dispatched) or failed (out of attempts).
+JobState = Literal["waiting", "dispatched", "cancelled", "failed"]
+
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRecord:
@@ -33,6 +47,8 @@ class ScheduleRecord:
     ``next_run_at`` is ``None`` once a one-shot task has run (a tombstone).
     ``fencing_token`` is bumped by every successful claim and never goes
     backwards for an id, even across delete and a new register.
+    ``consecutive_failures`` counts the completions in a row whose ``last_status``
+    was ``"error"`` (reset to 0 by an ``"ok"`` one).
     """
 
     id: str
@@ -45,6 +61,7 @@ class ScheduleRecord:
     lease_owner: str | None
     lease_until: int | None
     updated_at: int
+    consecutive_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +92,11 @@ class Job:
     never goes backwards, even across a failover: ``(run_id, lease_sequence)``
     names one lease, an idempotency key for the provider call, and passing it to
     ``renew``, ``mark_dispatched`` and ``release`` fences them to that lease.
+
+    ``attempts`` counts the leases since the job was scheduled (or retried): the
+    lease just taken included. A ``release`` once ``attempts >= max_attempts`` fails
+    the job (``failed``: terminal, never leased again, ``retry`` revives it);
+    ``last_error`` is the error text of the latest release that gave one.
     """
 
     run_id: str
@@ -85,6 +107,28 @@ class Job:
     dispatched: bool
     cancelled: bool
     lease_sequence: int = 0
+    attempts: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    last_error: str | None = None
+    failed: bool = False
+
+    @property
+    def state(self) -> JobState:
+        """``"dispatched"``, ``"cancelled"`` (never dispatched), ``"failed"`` (out of
+        attempts, not cancelled) or ``"waiting"``, in that order of precedence."""
+        if self.dispatched:
+            return "dispatched"
+        if self.cancelled:
+            return "cancelled"
+        if self.failed:
+            return "failed"
+        return "waiting"
+
+    @property
+    def last_attempt(self) -> bool:
+        """Whether the lease this row was read under is the job's last: its release
+        fails the job instead of retrying it."""
+        return self.attempts >= self.max_attempts
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +142,20 @@ class MarkResult:
 
     cancelled: bool
     recorded: bool
+
+
+class RetryResult(str, Enum):
+    """What ``retry`` answers; the values are the SQL function's text answers."""
+
+    #: The failed job waits again, attempts reset.
+    RETRIED = "retried"
+    #: The job is not failed (it waits, was dispatched or was cancelled): nothing changed.
+    NOT_FAILED = "not_failed"
+    #: No such job.
+    MISSING = "missing"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class CancelResult(str, Enum):
@@ -124,8 +182,8 @@ class StoreStats:
     end). Jobs, each in exactly one state: pending (waiting, not due, no live lease),
     due (waiting, due, no live lease: what a lease would take; ``jobs_due_expired_lease``
     of them after an expired lease), leased (waiting, live lease), dispatched
-    (``jobs_recalled`` of them cancelled meanwhile), cancelled (never dispatched); and
-    the oldest due job.
+    (``jobs_recalled`` of them cancelled meanwhile), cancelled (never dispatched), failed
+    (out of attempts, not cancelled); and the oldest due job.
     """
 
     now: int
@@ -142,6 +200,7 @@ class StoreStats:
     jobs_dispatched: int
     jobs_recalled: int
     jobs_cancelled: int
+    jobs_failed: int
     oldest_due_job_id: str | None
     oldest_due_job_at: int | None
 
@@ -154,11 +213,13 @@ class StoreStats:
             + self.jobs_leased
             + self.jobs_dispatched
             + self.jobs_cancelled
+            + self.jobs_failed
         )
 
 
-#: What ``PgJobStore.list_jobs`` selects: every job, the due ones, the dispatched ones.
-JobFilter = Literal["all", "due", "dispatched"]
+#: What ``PgJobStore.list_jobs`` selects: every job, the due ones, the dispatched ones,
+#: the failed ones.
+JobFilter = Literal["all", "due", "dispatched", "failed"]
 
 
 @dataclass(frozen=True, slots=True)

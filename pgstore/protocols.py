@@ -22,6 +22,7 @@ from pgstore.models import (
     CompletePatch,
     Job,
     MarkResult,
+    RetryResult,
     ScheduleKind,
     ScheduleRecord,
 )
@@ -133,11 +134,13 @@ class JobStore(Protocol):
     def now_ms(self) -> int:
         """The store's clock."""
 
-    def schedule(self, run_id: str, dispatch_at: int) -> None:
-        """Add the job, or move only its ``dispatch_at``."""
+    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+        """Add the job with at most ``max_attempts`` leases (None: the store default), or
+        move only its ``dispatch_at`` (and ``max_attempts``, when given)."""
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
-        """Lease the earliest due, undispatched, uncancelled, unleased job; else None."""
+        """Lease the earliest due, waiting (not dispatched, cancelled or failed), unleased
+        job, adding one to its ``attempts``; else None."""
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -154,9 +157,17 @@ class JobStore(Protocol):
         that lease); tells whether it was cancelled meanwhile."""
 
     def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
-        """Give an undispatched job back for a retry at ``retry_at``."""
+        """Give an undispatched job back for a retry at ``retry_at``, keeping ``error`` as
+        its ``last_error``; out of attempts (``attempts >= max_attempts``) it fails."""
+
+    def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        """Put a failed job back to waiting at ``dispatch_at`` (None: now), attempts reset."""
+
+    def list_failed(self, limit: int | None = None) -> list[Job]:
+        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``."""
 
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel unless already dispatched."""
@@ -182,7 +193,9 @@ class AsyncJobStore(Protocol):
 
     async def now_ms(self) -> int: ...
 
-    async def schedule(self, run_id: str, dispatch_at: int) -> None: ...
+    async def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None: ...
 
     async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None: ...
 
@@ -197,8 +210,13 @@ class AsyncJobStore(Protocol):
     ) -> MarkResult: ...
 
     async def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool: ...
+
+    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult: ...
+
+    async def list_failed(self, limit: int | None = None) -> list[Job]: ...
 
     async def cancel(self, run_id: str) -> CancelResult: ...
 

@@ -9,7 +9,8 @@
 
 CREATE TABLE store_settings (
     singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    max_clock_skew_ms bigint CHECK (max_clock_skew_ms >= 0)
+    max_clock_skew_ms bigint CHECK (max_clock_skew_ms >= 0),
+    default_max_attempts integer NOT NULL DEFAULT 25 CHECK (default_max_attempts > 0)
 );
 
 INSERT INTO store_settings DEFAULT VALUES;
@@ -22,6 +23,10 @@ COMMENT ON COLUMN store_settings.singleton IS
 COMMENT ON COLUMN store_settings.max_clock_skew_ms IS
 'NULL (the default): off. Else every p_now that is not NULL must lie within this '
 'many ms of now_ms(), or the call raises 22023 naming now and changes nothing.';
+COMMENT ON COLUMN store_settings.default_max_attempts IS
+'How many leases a job scheduled without p_max_attempts may have (25 unless the '
+'owner changes it): job_schedule copies it into the new job''s max_attempts, so a '
+'change applies to the jobs scheduled after it.';
 
 CREATE FUNCTION check_now(p_now bigint) RETURNS bigint
 LANGUAGE plpgsql

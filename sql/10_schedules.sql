@@ -17,7 +17,8 @@ CREATE TABLE schedules (
     fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
     lease_owner   text,
     lease_until   bigint,
-    updated_at    bigint NOT NULL
+    updated_at    bigint NOT NULL,
+    consecutive_failures integer NOT NULL DEFAULT 0 CHECK (consecutive_failures >= 0)
 ) WITH (fillfactor = 70);
 
 COMMENT ON TABLE schedules IS
@@ -27,6 +28,9 @@ COMMENT ON COLUMN schedules.spec IS
 'Cron expression (TZ=<zone> <cron> with a zone), interval ms or one-shot delay ms; opaque to the store.';
 COMMENT ON COLUMN schedules.next_run_at IS
 'Epoch ms of the next occurrence; NULL once a one-shot task has run (a tombstone).';
+COMMENT ON COLUMN schedules.consecutive_failures IS
+'How many completions in a row said last_status = ''error'': schedule_complete adds one '
+'for an error and resets it to 0 for ''ok''. Kept by a re-register, 0 for a new id.';
 COMMENT ON COLUMN schedules.fencing_token IS
 'Bumped by every successful claim; never goes backwards for an id, even across delete and register.';
 

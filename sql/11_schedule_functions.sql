@@ -189,10 +189,12 @@ BEGIN
     PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
-    UPDATE schedules
+    UPDATE schedules s
        SET next_run_at = p_next_run_at,
            last_run_at = p_last_run_at,
            last_status = p_last_status,
+           consecutive_failures = CASE WHEN p_last_status = 'ok' THEN 0
+                                       ELSE least(s.consecutive_failures, 2147483646) + 1 END,
            lease_owner = NULL,
            lease_until = NULL,
            updated_at = v_now
@@ -207,6 +209,7 @@ $$;
 COMMENT ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) IS
 'Commits an occurrence only if p_fencing_token matches and the claim is still '
 'held: writes next_run_at (NULL = tombstone), last_run_at and last_status, '
+'adds one to consecutive_failures for ''error'' (reset to 0 for ''ok''), '
 'clears the lease, updated_at = now. False when stale (claimed again since), '
 'already completed, re-registered or deleted; then nothing changes.';
 

@@ -6,10 +6,10 @@
 -- a partial index that holds only the jobs still waiting to be dispatched, so
 -- its cost depends on the pending jobs, not on the history.
 --
--- Leases and renews change only lease_holder, lease_until and lease_sequence,
--- which no index covers, so they stay HOT (heap-only) updates; fillfactor 70
--- leaves the room on each page for that. Marking a job dispatched or cancelled changes the
--- partial index's predicate, so those updates are not HOT (they happen once
+-- Leases and renews change only lease_holder, lease_until, lease_sequence and
+-- attempts, which no index covers, so they stay HOT (heap-only) updates; fillfactor 70
+-- leaves the room on each page for that. Marking a job dispatched, cancelled or failed
+-- changes the partial index's predicate, so those updates are not HOT (they happen once
 -- per job).
 
 CREATE TABLE jobs (
@@ -21,11 +21,15 @@ CREATE TABLE jobs (
     dispatched   boolean NOT NULL DEFAULT false,
     cancelled    boolean NOT NULL DEFAULT false,
     lease_sequence bigint NOT NULL DEFAULT 0 CHECK (lease_sequence >= 0),
-    finished_at  bigint
+    finished_at  bigint,
+    attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts integer NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
+    last_error   text,
+    failed       boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 70);
 
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
-    WHERE NOT dispatched AND NOT cancelled;
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed;
 
 -- What job_purge walks: finished jobs only, oldest first. Leases never change
 -- finished_at, so they stay HOT.
@@ -34,8 +38,8 @@ CREATE INDEX jobs_finished_by_finished_at ON jobs (finished_at, run_id)
 
 COMMENT ON TABLE jobs IS
 'Delayed dispatch with holder leases ("send a bot into meeting R at 10:00"). '
-'Written only through the job_* functions; dispatched and cancelled jobs are kept '
-'until job_purge deletes them.';
+'Written only through the job_* functions; dispatched, cancelled and failed jobs are '
+'kept until job_purge deletes them.';
 COMMENT ON COLUMN jobs.dispatch_at IS
 'Epoch ms when the job is due; job_release moves it to the retry time.';
 COMMENT ON COLUMN jobs.lease_until IS
@@ -44,14 +48,29 @@ COMMENT ON COLUMN jobs.worker_id IS
 'Set by job_mark_dispatched: the provider''s worker that carries out the job.';
 COMMENT ON INDEX jobs_pending_by_dispatch_at IS
 'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
-'with dispatched and cancelled history.';
+'with dispatched, cancelled and failed history.';
 COMMENT ON COLUMN jobs.lease_sequence IS
 'Bumped by every job_lease (to at least token_floor()), so it grows with every lease '
 'of the job and never goes backwards, even across a promotion; 0 until the first lease. '
 '(run_id, lease_sequence) names one lease: an idempotency key for the provider call.';
 COMMENT ON COLUMN jobs.finished_at IS
-'Epoch ms (the database clock) when the job finished: set by job_mark_dispatched '
-'and by job_cancel of an undispatched job, once; NULL while the job waits. '
+'Epoch ms (the database clock) when the job finished: set by job_mark_dispatched, '
+'by job_cancel of an undispatched job and by the job_release that fails it, once; '
+'NULL while the job waits (job_retry clears it). '
 'Jobs finished before pgstore_0009 got the time of that upgrade.';
+COMMENT ON COLUMN jobs.attempts IS
+'How many times the job was leased since it was scheduled (or retried): every '
+'job_lease adds one, job_retry resets it to 0. Counted from pgstore_0010 on.';
+COMMENT ON COLUMN jobs.max_attempts IS
+'The most leases the job may have: a job_release once attempts >= max_attempts fails '
+'the job. job_schedule''s p_max_attempts, or store_settings.default_max_attempts '
+'when the job was scheduled without one (job_schedule always writes it: the column''s '
+'own default, 25, is for rows written otherwise).';
+COMMENT ON COLUMN jobs.last_error IS
+'The p_error of the latest job_release that gave one (at most 4096 characters); '
+'NULL until then.';
+COMMENT ON COLUMN jobs.failed IS
+'Terminal: set by the job_release that found attempts >= max_attempts. A failed job '
+'is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
 COMMENT ON INDEX jobs_finished_by_finished_at IS
 'The purge path: finished jobs only, oldest finished_at first.';

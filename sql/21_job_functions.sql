@@ -26,7 +26,9 @@ COMMENT ON FUNCTION job_channel() IS
 'name when it is too long for a channel). Idle dispatchers LISTEN on it (quoted: '
 'LISTEN "pgstore.jobs") to lease a job scheduled due-now without polling faster.';
 
-CREATE FUNCTION job_schedule(p_run_id text, p_dispatch_at bigint) RETURNS void
+CREATE FUNCTION job_schedule(
+    p_run_id text, p_dispatch_at bigint, p_max_attempts integer DEFAULT NULL
+) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -35,15 +37,21 @@ BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     PERFORM check_present('dispatch_at', p_dispatch_at);
+    IF p_max_attempts IS NOT NULL THEN
+        PERFORM check_positive('max_attempts', p_max_attempts);
+    END IF;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
     -- incompressible multibyte characters). That is bad input, not a crash.
     BEGIN
-        INSERT INTO jobs AS j (run_id, dispatch_at)
-        VALUES (p_run_id, p_dispatch_at)
+        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts)
+        VALUES (p_run_id, p_dispatch_at,
+                coalesce(p_max_attempts,
+                         (SELECT s.default_max_attempts FROM store_settings s)))
         ON CONFLICT (run_id) DO UPDATE
-            SET dispatch_at = excluded.dispatch_at;
+            SET dispatch_at = excluded.dispatch_at,
+                max_attempts = coalesce(p_max_attempts, j.max_attempts);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
@@ -56,10 +64,13 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION job_schedule(text, bigint) IS
-'Adds the job p_run_id, due at p_dispatch_at. For an existing job moves only '
-'dispatch_at: lease, worker_id, dispatched and cancelled are preserved. At commit, '
-'notifies job_channel() with dispatch_at as the payload.';
+COMMENT ON FUNCTION job_schedule(text, bigint, integer) IS
+'Adds the job p_run_id, due at p_dispatch_at, with at most p_max_attempts leases '
+'(NULL: store_settings.default_max_attempts, 25 unless the owner changed it). For an '
+'existing job moves only dispatch_at, and max_attempts when p_max_attempts is given: '
+'lease, attempts, worker_id, dispatched, cancelled and failed are preserved. At commit, '
+'notifies job_channel() with dispatch_at as the payload. 22023: p_max_attempts not '
+'positive.';
 
 CREATE FUNCTION job_lease(p_holder text, p_now bigint, p_ttl_ms bigint) RETURNS SETOF jobs
 LANGUAGE plpgsql
@@ -83,12 +94,14 @@ BEGIN
     UPDATE jobs j
        SET lease_holder = p_holder,
            lease_until = v_until,
-           lease_sequence = greatest(j.lease_sequence + 1, token_floor())
+           lease_sequence = greatest(j.lease_sequence + 1, token_floor()),
+           attempts = j.attempts + 1
      WHERE j.run_id = (
                SELECT c.run_id
                  FROM jobs c
                 WHERE NOT c.dispatched
                   AND NOT c.cancelled
+                  AND NOT c.failed
                   AND c.dispatch_at <= v_now
                   AND (c.lease_until IS NULL OR c.lease_until <= v_now)
                 ORDER BY c.dispatch_at, c.run_id
@@ -100,10 +113,10 @@ $$;
 
 COMMENT ON FUNCTION job_lease(text, bigint, bigint) IS
 'Leases to p_holder, until now + p_ttl_ms, the next due (dispatch_at <= now), '
-'uncancelled, undispatched job whose lease is absent or expired, earliest '
-'dispatch_at first (ties by run_id), and bumps its lease_sequence (to at least '
-'token_floor(): above every lease of an earlier timeline). Returns it, with the '
-'new lease_sequence, or no row. One UPDATE; rows '
+'uncancelled, undispatched, unfailed job whose lease is absent or expired, earliest '
+'dispatch_at first (ties by run_id), bumps its lease_sequence (to at least '
+'token_floor(): above every lease of an earlier timeline) and adds one to its '
+'attempts. Returns it, with the new lease_sequence and attempts, or no row. One UPDATE; rows '
 'locked by concurrent leasers are skipped, so an empty answer means nothing '
 'leasable right now, not that nothing is due. Two callers never hold one job '
 'while its lease lives.';
@@ -199,7 +212,8 @@ COMMENT ON FUNCTION job_mark_dispatched(text, text, text, bigint) IS
 'cancelled = the stored flag (false for a missing job). The lease is left as it is.';
 
 CREATE FUNCTION job_release(
-    p_run_id text, p_holder text, p_retry_at bigint, p_lease_sequence bigint DEFAULT NULL
+    p_run_id text, p_holder text, p_retry_at bigint, p_lease_sequence bigint DEFAULT NULL,
+    p_error text DEFAULT NULL
 ) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -213,26 +227,78 @@ BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_present('retry_at', p_retry_at);
     PERFORM check_sequence(p_lease_sequence);
+    IF length(p_error) > 4096 THEN
+        PERFORM raise_invalid('error must be a string of at most 4096 characters');
+    END IF;
 
-    UPDATE jobs
+    -- attempts >= max_attempts: the lease just given back was the job's last, so
+    -- the job fails (terminal) instead of waiting for p_retry_at.
+    UPDATE jobs j
        SET lease_holder = NULL,
            lease_until = NULL,
-           dispatch_at = p_retry_at
-     WHERE run_id = p_run_id
-       AND lease_holder = p_holder
-       AND NOT dispatched
-       AND (p_lease_sequence IS NULL OR lease_sequence = p_lease_sequence)
+           dispatch_at = CASE WHEN j.attempts >= j.max_attempts
+                              THEN j.dispatch_at ELSE p_retry_at END,
+           failed = j.attempts >= j.max_attempts,
+           finished_at = CASE WHEN j.attempts >= j.max_attempts
+                              THEN coalesce(j.finished_at, now_ms()) ELSE j.finished_at END,
+           last_error = coalesce(p_error, j.last_error)
+     WHERE j.run_id = p_run_id
+       AND j.lease_holder = p_holder
+       AND NOT j.dispatched
+       AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
     RETURNING true INTO v_released;
     RETURN coalesce(v_released, false);
 END
 $$;
 
-COMMENT ON FUNCTION job_release(text, text, bigint, bigint) IS
-'Gives up p_holder''s lease on p_run_id without dispatching (the dispatch failed '
-'and will be retried): clears the lease and moves dispatch_at to p_retry_at. '
+COMMENT ON FUNCTION job_release(text, text, bigint, bigint, text) IS
+'Gives up p_holder''s lease on p_run_id without dispatching (the dispatch failed): '
+'clears the lease, records p_error (when not NULL) as last_error, and either moves '
+'dispatch_at to p_retry_at (attempts < max_attempts: it will be retried) or fails '
+'the job (attempts >= max_attempts: failed, finished_at = now unless a cancel set it, '
+'dispatch_at kept; never leased again). '
 'Only while lease_holder = p_holder (expired or not; and, when p_lease_sequence '
 'is given, lease_sequence = p_lease_sequence) and the job is not dispatched; else '
-'false and nothing changes. The lease_sequence is kept: the next lease bumps it.';
+'false and nothing changes. The lease_sequence is kept: the next lease bumps it. '
+'22023: p_error longer than 4096 characters.';
+
+CREATE FUNCTION job_retry(p_run_id text, p_dispatch_at bigint) RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('run_id', p_run_id);
+    v_at := coalesce(p_dispatch_at, now_ms());
+
+    UPDATE jobs j
+       SET failed = false,
+           attempts = 0,
+           dispatch_at = v_at,
+           finished_at = NULL
+     WHERE j.run_id = p_run_id
+       AND j.failed
+       AND NOT j.cancelled
+       AND NOT j.dispatched;
+    IF FOUND THEN
+        PERFORM pg_notify(job_channel(), v_at::text);
+        RETURN 'retried';
+    ELSIF EXISTS (SELECT FROM jobs j WHERE j.run_id = p_run_id) THEN
+        RETURN 'not_failed';
+    END IF;
+    RETURN 'missing';
+END
+$$;
+
+COMMENT ON FUNCTION job_retry(text, bigint) IS
+'Puts the failed job p_run_id back to waiting, due at p_dispatch_at (NULL: now_ms()): '
+'failed cleared, attempts reset to 0, finished_at cleared; max_attempts, last_error '
+'and lease_sequence kept. Answers ''retried'' (and, at commit, notifies job_channel() '
+'with the new dispatch_at), ''not_failed'' (the job waits, was dispatched or was '
+'cancelled: nothing changes) or ''missing''.';
 
 CREATE FUNCTION job_cancel(p_run_id text) RETURNS text
 LANGUAGE plpgsql
@@ -267,9 +333,9 @@ END
 $$;
 
 COMMENT ON FUNCTION job_cancel(text) IS
-'Cancels p_run_id: ''cancelled'' (also when it already was, and when a lease is '
-'live: its dispatcher learns it from job_mark_dispatched; the first cancel sets '
-'finished_at to now), ''already_dispatched'' '
+'Cancels p_run_id: ''cancelled'' (also when it already was, when it failed, and when '
+'a lease is live: its dispatcher learns it from job_mark_dispatched; the first cancel '
+'sets finished_at to now unless a failure set it), ''already_dispatched'' '
 '(nothing changes: the caller tells the bot to leave), or ''missing''.';
 
 CREATE FUNCTION job_get(p_run_id text) RETURNS SETOF jobs
@@ -344,7 +410,7 @@ BEGIN
                      FROM jobs c
                     WHERE c.finished_at IS NOT NULL
                       AND c.finished_at < p_before
-                      AND (c.dispatched OR c.cancelled)
+                      AND (c.dispatched OR c.cancelled OR c.failed)
                       AND (c.lease_until IS NULL OR c.lease_until <= v_now)
                     ORDER BY c.finished_at, c.run_id
                     LIMIT p_limit
@@ -356,7 +422,7 @@ END
 $$;
 
 COMMENT ON FUNCTION job_purge(bigint, integer) IS
-'Deletes at most p_limit finished jobs (dispatched, or cancelled) whose finished_at '
+'Deletes at most p_limit finished jobs (dispatched, cancelled or failed) whose finished_at '
 '< p_before, oldest first, and returns how many it deleted. Never a waiting job, '
 'nor one whose lease is live; rows locked by concurrent calls are skipped (a purge '
 'never waits on a lease, a mark or a cancel), so a short answer does not mean '

@@ -22,6 +22,7 @@ RETURNS TABLE (
     jobs_dispatched         bigint,
     jobs_recalled           bigint,
     jobs_cancelled          bigint,
+    jobs_failed             bigint,
     oldest_due_job_id       text,
     oldest_due_job_at       bigint
 )
@@ -41,7 +42,7 @@ BEGIN
     SELECT v_now,
            s.total, s.due, s.leased, s.done, os.id, os.since,
            w.pending, w.due, w.due_expired, w.leased,
-           h.dispatched, h.recalled, h.cancelled,
+           h.dispatched, h.recalled, h.cancelled, h.failed,
            oj.run_id, oj.dispatch_at
       FROM (SELECT count(*) AS total,
                    count(*) FILTER (WHERE sc.next_run_at <= v_now
@@ -61,13 +62,15 @@ BEGIN
                      AS due_expired,
                    count(*) FILTER (WHERE j.lease_until > v_now) AS leased
               FROM jobs j
-             WHERE NOT j.dispatched AND NOT j.cancelled) AS w
+             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed) AS w
      CROSS JOIN
            (SELECT count(*) FILTER (WHERE j.dispatched) AS dispatched,
                    count(*) FILTER (WHERE j.dispatched AND j.cancelled) AS recalled,
-                   count(*) FILTER (WHERE j.cancelled AND NOT j.dispatched) AS cancelled
+                   count(*) FILTER (WHERE j.cancelled AND NOT j.dispatched) AS cancelled,
+                   count(*) FILTER (WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched)
+                     AS failed
               FROM jobs j
-             WHERE j.dispatched OR j.cancelled) AS h
+             WHERE j.dispatched OR j.cancelled OR j.failed) AS h
       LEFT JOIN LATERAL
            (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
               FROM schedules sc
@@ -78,7 +81,8 @@ BEGIN
       LEFT JOIN LATERAL
            (SELECT j.run_id, j.dispatch_at
               FROM jobs j
-             WHERE NOT j.dispatched AND NOT j.cancelled AND j.dispatch_at <= v_now
+             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+               AND j.dispatch_at <= v_now
                AND (j.lease_until IS NULL OR j.lease_until <= v_now)
              ORDER BY j.dispatch_at, j.run_id
              LIMIT 1) AS oj ON true;
@@ -93,7 +97,8 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 'pending (waiting, not due, no live lease), due (waiting, due, no live lease: what '
 'job_lease would take; jobs_due_expired_lease of them after an expired lease), leased '
 '(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
-'cancelled (never dispatched); and the oldest due job (its run_id and dispatch_at). '
+'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
+'due job (its run_id and dispatch_at). '
 'The waiting counts read the pending index; the history counts and the schedules scan '
 'their tables (about 0.1 s a million rows).';
 
@@ -107,6 +112,10 @@ RETURNS TABLE (
     dispatched   boolean,
     cancelled    boolean,
     lease_sequence bigint,
+    attempts     integer,
+    max_attempts integer,
+    last_error   text,
+    failed       boolean,
     matching     bigint
 )
 LANGUAGE plpgsql STABLE
@@ -116,7 +125,7 @@ AS $$
 DECLARE
     v_now bigint;
 BEGIN
-    PERFORM check_one_of('filter', p_filter, ARRAY['all', 'due', 'dispatched']);
+    PERFORM check_one_of('filter', p_filter, ARRAY['all', 'due', 'dispatched', 'failed']);
     IF p_limit IS NOT NULL THEN
         PERFORM check_positive('limit', p_limit);
     END IF;
@@ -126,23 +135,36 @@ BEGIN
     IF p_filter = 'due' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
+               j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
-         WHERE NOT j.dispatched AND NOT j.cancelled AND j.dispatch_at <= v_now
+         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+           AND j.dispatch_at <= v_now
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSIF p_filter = 'dispatched' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
+               j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          WHERE j.dispatched
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSIF p_filter = 'failed' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
+               j.last_error, j.failed, count(*) OVER ()
+          FROM jobs j
+         WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSE
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
+               j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
@@ -154,5 +176,6 @@ COMMENT ON FUNCTION job_list(text, bigint, integer) IS
 'Jobs by dispatch_at, then run_id: the first p_limit (NULL: all) of those p_filter '
 'selects, each row carrying how many match in all (matching). p_filter: ''all''; '
 '''due'' (waiting and due at p_now, NULL meaning now_ms(), leased or not); '
-'''dispatched''. The operator''s view of the table (pgstore jobs); 22023 for another '
+'''dispatched''; ''failed'' (out of attempts and not cancelled: what job_retry takes '
+'back). The operator''s view of the table (pgstore jobs); 22023 for another '
 'filter or a p_limit that is not positive.';

@@ -10,6 +10,8 @@ table), so the test can see from the database what ran, with which token and own
   bot ``bot-<run_id>``; a run id starting ``flaky-`` fails its first attempt
   (released for a retry), one starting ``cancel-`` is cancelled while it is being
   dispatched (the bot is recalled).
+* ``make_doomed_dispatcher()``: a Dispatcher whose every dispatch raises, marking
+  each attempt (the stored count it was leased with) and each backoff delay.
 * ``apps.dispatcher``: a dotted path to a Dispatcher; ``not_a_runtime``,
   ``needs_arguments``, ``returns_a_number``, ``raises``: wrong targets.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -91,6 +94,34 @@ def make_dispatcher() -> Dispatcher:
         poll_interval=0.2,
         grace_period=5.0,
         backoff=Backoff(base_ms=100, max_ms=200),
+    )
+
+
+@dataclass(frozen=True)
+class MarkedBackoff(Backoff):
+    """Backoff that marks every delay it gives: key the delay, token the attempt."""
+
+    def delay_ms(self, attempt: int) -> int:
+        delay = super().delay_ms(attempt)
+        mark("backoff", str(delay), attempt, "")
+        return delay
+
+
+def make_doomed_dispatcher() -> Dispatcher:
+    """A Dispatcher whose provider is down: every dispatch raises (its text names the
+    attempt), after marking the attempt the job was leased with."""
+
+    def dispatch(job: Job) -> str:
+        mark("attempt", job.run_id, job.attempts, job.lease_holder or "")
+        raise RuntimeError(f"provider down (attempt {job.attempts})")
+
+    return Dispatcher(
+        PgJobStore(DSN, schema=SCHEMA),
+        dispatch,
+        ttl_ms=6_000,
+        poll_interval=0.05,
+        grace_period=5.0,
+        backoff=MarkedBackoff(base_ms=250, factor=2, max_ms=2_000, jitter=0),
     )
 
 

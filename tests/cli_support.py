@@ -66,6 +66,7 @@ def job_gauges(
     dispatched: int = 0,
     recalled: int = 0,
     cancelled: int = 0,
+    failed: int = 0,
     oldest_due_job_id: str | None = None,
     oldest_due_job_at: int | None = None,
 ) -> StoreStats:
@@ -76,6 +77,6 @@ def job_gauges(
         oldest_due_schedule_id=None, oldest_due_schedule_since=None,
         jobs_pending=pending, jobs_due=due, jobs_due_expired_lease=due_expired_lease,
         jobs_leased=leased, jobs_dispatched=dispatched, jobs_recalled=recalled,
-        jobs_cancelled=cancelled, oldest_due_job_id=oldest_due_job_id,
+        jobs_cancelled=cancelled, jobs_failed=failed, oldest_due_job_id=oldest_due_job_id,
         oldest_due_job_at=oldest_due_job_at,
     )

@@ -112,7 +112,8 @@ def pg_jobs_state(dsn: str, schema: str) -> Callable[[], list[Job]]:
             rows = conn.execute(
                 psycopg.sql.SQL(
                     "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id,"
-                    " dispatched, cancelled, lease_sequence FROM {}.jobs ORDER BY run_id"
+                    " dispatched, cancelled, lease_sequence, attempts, max_attempts,"
+                    " last_error, failed FROM {}.jobs ORDER BY run_id"
                 ).format(psycopg.sql.Identifier(schema))
             ).fetchall()
         return [Job(*row) for row in rows]

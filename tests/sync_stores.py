@@ -19,6 +19,7 @@ from pgstore import (
     CompletePatch,
     Job,
     MarkResult,
+    RetryResult,
     ScheduleKind,
     ScheduleRecord,
 )
@@ -126,8 +127,8 @@ class LoopJobStore(_OnLoop):
     def now_ms(self) -> int:
         return self._run(self.store.now_ms())
 
-    def schedule(self, run_id: str, dispatch_at: int) -> None:
-        self._run(self.store.schedule(run_id, dispatch_at))
+    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+        self._run(self.store.schedule(run_id, dispatch_at, max_attempts))
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         return self._run(self.store.lease(holder, now, ttl_ms))
@@ -145,9 +146,16 @@ class LoopJobStore(_OnLoop):
         return self._run(self.store.mark_dispatched(run_id, holder, worker_id, lease_sequence))
 
     def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
-        return self._run(self.store.release(run_id, holder, retry_at, lease_sequence))
+        return self._run(self.store.release(run_id, holder, retry_at, lease_sequence, error))
+
+    def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        return self._run(self.store.retry(run_id, dispatch_at))
+
+    def list_failed(self, limit: int | None = None) -> list[Job]:
+        return self._run(self.store.list_failed(limit))
 
     def cancel(self, run_id: str) -> CancelResult:
         return self._run(self.store.cancel(run_id))

@@ -152,3 +152,42 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
     for over in peers["over"].values():
         assert set(over) == {"procrastinate", "pgqueuer"}
     assert _check_ratios(doc) >= 6
+
+
+@pytest.mark.xdist_group("ha")
+def test_quick_bench_of_the_ha_section(pgstore_database: str, tmp_path: Path) -> None:
+    """The ``ha`` section builds a primary and a standby of its own and times the
+    operations at each synchronous_commit level, then the 0007 floor against 0006."""
+    from pgstore.bench._ha import EPOCH_COMMITS, EPOCH_SCHEMAS, OPS, REPLICATION
+
+    doc = _bench(pgstore_database, tmp_path, "--only", "ha", "--no-chart")
+    assert doc["errors"] == {}
+    ha = doc["results"]["ha"]
+    by_setting = ha["replication"]["by_setting"]
+    assert list(by_setting) == list(REPLICATION)
+    for setting in REPLICATION:
+        assert list(by_setting[setting]) == list(OPS)
+        for op in OPS:
+            assert by_setting[setting][op]["ratio"]["n"] == 3, (setting, op)  # --quick repeats
+    assert all(by_setting["local"][op]["ratio"]["median"] == 1.0 for op in OPS)
+    assert list(ha["epoch"]["by_commit"]) == list(EPOCH_COMMITS)
+    for epoch in ha["epoch"]["by_commit"].values():
+        assert list(epoch["by_revision"]) == [name for name, _ in EPOCH_SCHEMAS]
+        assert set(epoch["within_spread"]) == set(OPS)
+        assert all(v in (True, False) for v in epoch["within_spread"].values())
+    assert _check_ratios(doc) == len(OPS) * (
+        len(REPLICATION) + len(EPOCH_COMMITS) * len(EPOCH_SCHEMAS))
+    names = [t["name"] for t in doc["targets"]]
+    assert names == [f"{op} pgstore_0007 / pgstore_0006, no standby, synchronous_commit {level}"
+                     for level in EPOCH_COMMITS for op in ("claim_due", "job_lease")]
+    text = (tmp_path / "results.md").read_text()
+    assert "synchronous_commit = local" in text and "0007 / 0006" in text
+    leftovers = psycopg_schemas(pgstore_database)
+    assert not [s for s in leftovers if s.startswith("pgstore_bench_")], leftovers
+
+
+def psycopg_schemas(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()]

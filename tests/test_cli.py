@@ -36,7 +36,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0009"
+HEAD = "pgstore_0010"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -1114,6 +1114,67 @@ def test_run_scheduler_until_sigterm(
     assert records["tick"].fencing_token == sum(1 for kind, *_ in marks if kind == "tick")
 
 
+def test_a_restarted_dispatcher_process_continues_from_the_stored_attempts(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    """A job whose every dispatch fails (max_attempts=5), one dispatcher process stopped
+    (SIGTERM) after its second attempt and a new one started: the new process's first
+    lease is attempt 3 and backs off from it (250 ms * 2^(n-1), no jitter), and the
+    release of attempt 5 fails the job with the last error's text."""
+    dsn, schema = pgstore_database, pgstore_schema
+    _create_marks(dsn, schema)
+    with PgJobStore(dsn, schema=schema) as jobs:
+        jobs.schedule("doomed", jobs.now_ms(), 5)
+
+    def attempts() -> list[tuple[int, str]]:
+        return sorted((token or 0, owner) for kind, _, token, owner in _marks(dsn, schema)
+                      if kind == "attempt")
+
+    def stored() -> Any:
+        with PgJobStore(dsn, schema=schema) as jobs:
+            return jobs.get("doomed")
+
+    for run in ("1", "2"):
+        (tmp_path / run).mkdir()
+    first = _App("tests.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "1")
+    try:
+        first.wait_for("two attempts, the second released",
+                       lambda: len(attempts()) >= 2 and stored().lease_holder is None)
+        status, _ = first.stop(signal.SIGTERM)
+    finally:
+        first.kill()
+    assert status == 0, first.log()
+    stopped_at = stored()
+    second = _App("tests.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "2")
+    try:
+        second.wait_for("the job failed", lambda: stored().failed)
+        status, _ = second.stop(signal.SIGTERM)
+    finally:
+        second.kill()
+    assert status == 0, second.log()
+    holders = [f"dispatcher@{socket.gethostname()}:{app.proc.pid}" for app in (first, second)]
+    seen = attempts()
+    by_first = stopped_at.attempts
+    print(f"\nattempts by process: {seen}; the first stopped at {by_first}")
+    assert [n for n, _ in seen] == [1, 2, 3, 4, 5]
+    assert 2 <= by_first < 5
+    assert [owner for _, owner in seen] == [holders[0]] * by_first + [holders[1]] * (5 - by_first)
+    delays = sorted((token or 0, int(key)) for kind, key, token, _ in _marks(dsn, schema)
+                    if kind == "backoff")
+    print(f"backoff (attempt, delay ms): {delays}")
+    assert delays == [(1, 250), (2, 500), (3, 1_000), (4, 2_000), (5, 2_000)]
+    job = stored()
+    assert (job.state, job.attempts, job.max_attempts, job.lease_holder) == ("failed", 5, 5, None)
+    assert job.last_error == "RuntimeError: provider down (attempt 5)"
+    who = re.escape(holders[1])
+    events = _log_events(second.log())
+    assert _messages(events, "pgstore.dispatcher",
+                     rf"{who}: dispatch of doomed failed \(attempt {by_first + 1} of 5\)")
+    assert _messages(events, "pgstore.dispatcher",
+                     rf"{who}: doomed failed for good after 5 attempt\(s\): RuntimeError: "
+                     r"provider down \(attempt 5\)")
+
+
 def test_run_dispatcher_factory_until_sigint(
     pgstore_database: str, pgstore_schema: str, tmp_path: Path
 ) -> None:
@@ -1162,7 +1223,7 @@ def test_run_dispatcher_factory_until_sigint(
     assert sorted((m[1], m[2]) for m in sent) == [
         ("flaky-c", "flaky-c"), ("meeting-a", "meeting-a"), ("meeting-b", "meeting-b")
     ], log
-    assert _messages(events, "pgstore.dispatcher", rf"{who}: dispatch of flaky-c failed \(attempt 1\)")
+    assert _messages(events, "pgstore.dispatcher", rf"{who}: dispatch of flaky-c failed \(attempt 1 of 25\)")
     assert "ConnectionError: the provider did not answer" in log
     assert _messages(events, "pgstore.dispatcher", rf"{who}: released flaky-c for a retry at \d+")
     assert _messages(

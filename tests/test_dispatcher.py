@@ -172,6 +172,50 @@ def test_a_failed_dispatch_is_released_with_backoff() -> None:
     assert done.dispatched and done.worker_id == "bot-1"
 
 
+def test_backoff_reads_the_stored_attempts_so_a_new_dispatcher_continues_and_the_last_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Attempt numbers come from the leased row, not from the dispatcher: a second
+    Dispatcher instance (a restart) backs off from attempt 3, and the release of the
+    job's last attempt (max_attempts=4) fails it, keeping the error's text."""
+    store, clock = MemoryJobStore(), FakeClock(10_000)
+    store.schedule("meeting", 0, 4)
+    seen: list[tuple[str, int]] = []
+
+    def dispatch(job: Job) -> str:
+        seen.append((job.lease_holder or "?", job.attempts))
+        raise ConnectionError(f"provider down at attempt {job.attempts}")
+
+    backoff = Backoff(base_ms=1_000, factor=2, max_ms=60_000, jitter=0)
+
+    async def rounds(d: Dispatcher, count: int) -> list[int]:
+        await d.start()
+        due = []
+        for _ in range(count):
+            await _round(d)
+            job = store.get("meeting")
+            assert job is not None
+            due.append(job.dispatch_at)
+            clock.set(max(clock(), job.dispatch_at))
+        return due
+
+    first = _dispatcher(store, clock, Provider(), holder="d1", dispatch=dispatch, backoff=backoff)
+    assert run(rounds(first, 2)) == [11_000, 13_000]  # 10_000 + 1_000, 11_000 + 2_000
+    second = _dispatcher(store, clock, Provider(), holder="d2", dispatch=dispatch, backoff=backoff)
+    with caplog.at_level(logging.INFO, logger="pgstore.dispatcher"):
+        # Attempt 3 backs off 4_000 (not 1_000, as a count kept in the dispatcher would).
+        assert run(rounds(second, 3)) == [17_000, 17_000, 17_000]
+    assert seen == [("d1", 1), ("d1", 2), ("d2", 3), ("d2", 4)]
+    job = store.get("meeting")
+    assert job is not None and job.state == "failed" and job.attempts == 4
+    assert job.last_error == "ConnectionError: provider down at attempt 4"
+    assert "dispatch of meeting failed (attempt 3 of 4)" in caplog.text
+    assert "d2: meeting failed for good after 4 attempt(s)" in caplog.text
+    assert store.retry("meeting", 17_000).value == "retried"
+    run(rounds(second, 1))
+    assert seen[-1] == ("d2", 1)
+
+
 def test_backoff_grows_caps_and_jitters() -> None:
     low = Backoff(base_ms=100, factor=2, max_ms=1_000, jitter=0.2, random=lambda: 0.0)
     high = Backoff(base_ms=100, factor=2, max_ms=1_000, jitter=0.2, random=lambda: 1.0)

@@ -37,12 +37,14 @@ def _never(job: Job) -> None:
 
 
 def _finished(dsn: str, schema: str, run_ids: list[str], age_ms: int) -> None:
-    """Dispatch ``run_ids`` and date their finish ``age_ms`` back. They are due far ahead
-    and leased at that time, so a running dispatcher (on the real clock) never sees them
-    due."""
+    """Dispatch ``run_ids`` and date their finish ``age_ms`` back.
+
+    They are due a day ahead and leased with a clock a day ahead, so a Dispatcher
+    running beside this (on the server's clock) never leases them itself.
+    """
     with PgJobStore(dsn, schema=schema) as jobs:
         for run_id in run_ids:
-            ahead = jobs.now_ms() + 400 * DAY
+            ahead = jobs.now_ms() + DAY
             jobs.schedule(run_id, ahead)
             leased = jobs.lease("earlier", ahead, 60_000)
             assert leased is not None and leased.run_id == run_id

@@ -1,6 +1,6 @@
 """Failover trials: a primary dies, its standby is promoted, and no token goes backwards.
 
-Each trial builds a primary and a streaming standby of its own (``tests/ha.py``),
+Each trial builds a primary and a streaming standby of its own (``pgstore/testing_ha.py``),
 installs the store on the primary, and runs writer threads through
 ``PgScheduleStore`` and ``PgJobStore``: schedule claim_next / claim_due / renew /
 complete, job schedule / lease / mark_dispatched / release. Every acknowledged
@@ -49,7 +49,10 @@ import pytest
 
 from pgstore import CompletePatch, PgJobStore, PgScheduleStore, ReadOnlyServer
 from pgstore.testing import install_schema
-from tests.ha import Pair, ha_pair, wait_for
+from pgstore.testing_ha import Pair, ha_pair, wait_for
+
+#: One pytest-xdist worker runs every failover rig (``--dist loadgroup``).
+pytestmark = pytest.mark.xdist_group("ha")
 
 SCHEMA = "pgstore"
 IDS = [f"s{k}" for k in range(6)]

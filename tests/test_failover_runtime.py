@@ -1,6 +1,6 @@
 """A Scheduler and a Dispatcher survive a promotion, given a multi-host DSN.
 
-Each trial builds a primary and a streaming standby of its own (``tests/ha.py``)
+Each trial builds a primary and a streaming standby of its own (``pgstore/testing_ha.py``)
 and starts both runtimes on stores built from ``Pair.multi_host_dsn()``
 (``host=a,b ... target_session_attrs=read-write``: each store's own pool, and the
 Dispatcher's listener, connect to whichever server is writable). The Scheduler
@@ -48,7 +48,10 @@ from pgstore import (
     Scheduler,
 )
 from pgstore.testing import install_schema
-from tests.ha import Pair, ha_pair, wait_for
+from pgstore.testing_ha import Pair, ha_pair, wait_for
+
+#: One pytest-xdist worker runs every failover rig (``--dist loadgroup``).
+pytestmark = pytest.mark.xdist_group("ha")
 
 SCHEMA = "pgstore"
 #: Two interval tasks (ms): they come due several times a second.
@@ -186,6 +189,32 @@ def _listeners(dsn: str) -> int:
     ))[0][0])
 
 
+def resumed(ledger: Ledger, new: str, phase: str, state: dict[str, Any]) -> bool:
+    """True once, on the primary at ``new``, both tasks ran ``RESUMED_RUNS`` times in
+    ``phase`` and one of those runs was completed there, ``RESUMED_JOBS`` jobs were
+    scheduled in ``phase`` and all of them dispatched, and the listener LISTENs;
+    what was seen is left in ``state``."""
+    after = ledger.tokens(phase)
+    done = dict(_rows(new, f"SELECT id, fencing_token FROM {SCHEMA}.schedules"
+                           " WHERE lease_owner IS NULL AND last_status = 'ok'"))
+    with ledger.lock:
+        wanted = [r for p, r in ledger.scheduled if p == phase]
+    dispatched = {r for (r,) in _rows(new, f"SELECT run_id FROM {SCHEMA}.jobs WHERE dispatched")}
+    state.update(
+        runs={t: len(after.get(t, [])) for t in TASKS},
+        # completed on the new primary under a token handed out after it took over
+        completed=[t for t in TASKS if after.get(t) and done.get(t, 0) >= min(after[t])],
+        scheduled=len(wanted), undispatched=len(set(wanted) - dispatched),
+        listeners=_listeners(new),
+    )
+    return (
+        all(n >= RESUMED_RUNS for n in state["runs"].values())
+        and len(state["completed"]) == len(TASKS)
+        and len(wanted) >= RESUMED_JOBS and not state["undispatched"]
+        and state["listeners"] == 1
+    )
+
+
 @dataclass
 class Outcome:
     mode: str
@@ -230,29 +259,8 @@ def run_trial(pair: Pair, mode: str) -> Outcome:
         promoted = time.monotonic()
         new = pair.primary.dsn
 
-        def resumed() -> bool:
-            after = ledger.tokens("after")
-            done = dict(_rows(new, f"SELECT id, fencing_token FROM {SCHEMA}.schedules"
-                                   " WHERE lease_owner IS NULL AND last_status = 'ok'"))
-            with ledger.lock:
-                wanted = [r for p, r in ledger.scheduled if p == "after"]
-            dispatched = {r for (r,) in _rows(
-                new, f"SELECT run_id FROM {SCHEMA}.jobs WHERE dispatched")}
-            state.update(
-                runs={t: len(after.get(t, [])) for t in TASKS},
-                # completed on the new primary under a token handed out after it took over
-                completed=[t for t in TASKS if after.get(t) and done.get(t, 0) >= min(after[t])],
-                scheduled=len(wanted), undispatched=len(set(wanted) - dispatched),
-                listeners=_listeners(new),
-            )
-            return (
-                all(n >= RESUMED_RUNS for n in state["runs"].values())
-                and len(state["completed"]) == len(TASKS)
-                and len(wanted) >= RESUMED_JOBS and not state["undispatched"]
-                and state["listeners"] == 1
-            )
-
-        wait_for(resumed, "the runtimes to resume on the new primary", RESUME_SECONDS)
+        wait_for(lambda: resumed(ledger, new, "after", state),
+                 "the runtimes to resume on the new primary", RESUME_SECONDS)
         seconds_to_resume = time.monotonic() - promoted
     except AssertionError as exc:
         raise AssertionError(f"{exc}; at the end: {state}") from None

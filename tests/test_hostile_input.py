@@ -83,7 +83,7 @@ FRAGMENTS = [
     "é", "😀", "\U0001d54f", "\U0010ffff", "\x01\x02\x03", "a\x00b",
 ]
 SEED_IDS = ["s-due", "s-leased", "s-gone", "s-tomb"]
-SEED_JOBS = ["j-due", "j-leased", "j-done", "j-cancelled"]
+SEED_JOBS = ["j-due", "j-leased", "j-done", "j-cancelled", "j-failed"]
 NAMES = [*SEED_IDS, *SEED_JOBS, "w1", "w2", "cron", "interval", "once", "ok", "error"]
 
 # NUL only now and then (psycopg refuses it before sending: see test_nul_*).
@@ -154,7 +154,7 @@ SQL_FUNCTIONS = [
     "schedule_get", "schedule_register", "schedule_claim_due", "schedule_renew",
     "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
     "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
-    "job_release", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
+    "job_release", "job_retry", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
     "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
 ]
 
@@ -179,6 +179,9 @@ INVARIANTS = {
     " OR (dispatched AND lease_holder IS NULL) OR (worker_id IS NOT NULL AND NOT dispatched)",
     "job names": "SELECT run_id FROM {s}.jobs WHERE length(run_id) NOT BETWEEN 1 AND 1024"
     " OR length(lease_holder) NOT BETWEEN 1 AND 1024 OR length(worker_id) > 1024",
+    "job attempts": "SELECT run_id FROM {s}.jobs WHERE length(last_error) > 4096"
+    " OR (failed AND (lease_holder IS NOT NULL OR finished_at IS NULL OR dispatched))"
+    " OR (NOT failed AND NOT dispatched AND NOT cancelled AND finished_at IS NOT NULL)",
 }
 
 
@@ -216,13 +219,17 @@ def seed(store: Any, jobs: Any) -> None:
     store.claim_due("s-gone", "w1", 10, 5)
     store.delete("s-gone")
     store.register("s-tomb", "once", "0", None, 0)
-    for run_id in SEED_JOBS:
+    for run_id in SEED_JOBS[:4]:
         jobs.schedule(run_id, 0)
     for holder in ("w1", "w2", "w3"):
         jobs.lease(holder, 10, 10**9)  # j-cancelled, j-done, j-due, in lease order
     jobs.mark_dispatched("j-done", "w2", "bot")
     jobs.cancel("j-cancelled")
     jobs.release("j-due", "w3", 0)
+    jobs.schedule("j-failed", -1, 1)  # first in lease order
+    jobs.lease("w1", 10, 10**9)
+    jobs.release("j-failed", "w1", 0, None, "boom")
+    assert jobs.get("j-failed").state == "failed"
 
 
 @pytest.fixture(scope="module")
@@ -459,12 +466,23 @@ SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
                    st.one_of(st.none(), st.lists(ids, max_size=4))],
     "now_ms": [],
 }
+#: A maximum of attempts: none, a plausible one, or one SQL rejects (not positive, or past
+#: integer).
+max_attempts = st.one_of(st.none(), st.integers(-2, 5),
+                         st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1]))
+#: A release's error text: none, short, around its 4096-character limit.
+errors = st.one_of(
+    st.none(), st.text(max_size=20),
+    st.builds(_repeated, st.text(no_nul, min_size=1, max_size=3), st.integers(4090, 4100)),
+)
 JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
-    "schedule": [run_ids, times],
+    "schedule": [run_ids, times, max_attempts],
     "lease": [names, times, positives],
     "renew": [run_ids, names, times, positives, sequences],
     "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10)), sequences],
-    "release": [run_ids, names, times, sequences],
+    "release": [run_ids, names, times, sequences, errors],
+    "retry": [run_ids, times],
+    "list_failed": [st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
     "cancel": [run_ids],
     "get": [run_ids],
     "list_dispatched": [],
@@ -478,7 +496,7 @@ LIFECYCLE = {"start", "close", "schema", "conninfo"}
 #: The operator's reads of the PostgreSQL stores (no memory counterpart): tried below.
 OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
     "stats": [times],
-    "list_jobs": [st.sampled_from(["all", "due", "dispatched"]), times,
+    "list_jobs": [st.sampled_from(["all", "due", "dispatched", "failed"]), times,
                   st.one_of(st.none(), positives)],
 }
 

@@ -8,11 +8,19 @@ exercised at their boundaries.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from pgstore import CancelResult, InvalidArgument, Job, MarkResult
+from pgstore import (
+    DEFAULT_MAX_ATTEMPTS,
+    CancelResult,
+    InvalidArgument,
+    Job,
+    MarkResult,
+    RetryResult,
+)
 from pgstore.protocols import JobStore
 from tests.conftest import JobStoreUnderTest, present
 
@@ -27,6 +35,8 @@ def _job(run_id: str, dispatch_at: int, **changes: Any) -> Job:
         "dispatched": False, "cancelled": False,
     }
     fields.update(changes)
+    # Every lease bumps both: with no retry between, attempts is the lease sequence.
+    fields.setdefault("attempts", fields.get("lease_sequence", 0))
     return Job(run_id=run_id, dispatch_at=dispatch_at, **fields)
 
 
@@ -507,6 +517,143 @@ def test_now_none_uses_the_store_clock(jobs: JobStoreUnderTest) -> None:
     assert s.renew("past", "h1", None, 120_000) is True
 
 
+# --- attempts, failed jobs and retry -----------------------------------------------------
+
+
+def _fail_once(s: JobStore, run_id: str, at: int, error: str | None = "boom") -> Job:
+    """Lease ``run_id`` (the only due job) at ``at`` and release it with ``error``."""
+    leased = present(s.lease("h", at, TTL))
+    assert leased.run_id == run_id
+    assert s.release(run_id, "h", at, leased.lease_sequence, error) is True
+    return leased
+
+
+def test_every_lease_counts_an_attempt_and_the_default_maximum_is_25(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    assert present(s.get("r1")).max_attempts == DEFAULT_MAX_ATTEMPTS == 25
+    first = present(s.lease("h", 100, TTL))
+    assert (first.attempts, first.last_attempt, first.state) == (1, False, "waiting")
+    assert s.release("r1", "h", 100) is True  # the old form: no error, attempts kept
+    assert present(s.lease("h", 100, TTL)).attempts == 2
+    # An expired lease counts too: the next lease is attempt 3.
+    assert present(s.lease("h2", 100 + TTL, TTL)).attempts == 3
+    assert present(s.get("r1")).attempts == 3
+
+
+def test_release_of_the_last_attempt_fails_the_job_for_good(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100, 2)
+    s.schedule("later", 10**6)
+    _fail_once(s, "r1", 100, "timeout")
+    assert present(s.get("r1")) == _job(
+        "r1", 100, lease_sequence=1, attempts=1, max_attempts=2, last_error="timeout")
+    last = present(s.lease("h", 200, TTL))
+    assert (last.attempts, last.last_attempt) == (2, True)
+    assert s.release("r1", "h", 300, last.lease_sequence) is True  # no error: the last kept
+    failed = present(s.get("r1"))
+    assert failed == _job("r1", 100, lease_sequence=2, attempts=2, max_attempts=2,
+                          last_error="timeout", failed=True)
+    assert failed.state == "failed"
+    # Never leased again, whatever the time; nothing of the holder's works on it.
+    assert s.lease("h", 10**7, TTL) is not None  # "later"
+    assert s.lease("h", 10**7, TTL) is None
+    assert s.renew("r1", "h", 200, TTL) is False
+    assert s.mark_dispatched("r1", "h", "w") == MarkResult(cancelled=False, recorded=False)
+    assert s.release("r1", "h", 300) is False
+    # schedule moves dispatch_at only: it stays failed.
+    s.schedule("r1", 50)
+    assert present(s.get("r1")).failed
+    assert s.list_failed() == [replace(failed, dispatch_at=50)]
+
+
+def test_schedule_max_attempts_is_kept_unless_given_again(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100, 3)
+    s.schedule("r1", 200)
+    assert present(s.get("r1")).max_attempts == 3
+    s.schedule("r1", 200, 1)
+    assert present(s.get("r1")).max_attempts == 1
+    _fail_once(s, "r1", 200)
+    assert present(s.get("r1")).state == "failed"
+
+
+def test_retry_puts_a_failed_job_back_with_attempts_reset(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100, 1)
+    s.schedule("waiting", 10**6)
+    _fail_once(s, "r1", 100, "e1")
+    assert s.retry("waiting", 5) == RetryResult.NOT_FAILED
+    assert s.retry("nope", 5) == RetryResult.MISSING
+    assert s.retry("r1", 500) == RetryResult.RETRIED
+    assert str(RetryResult.RETRIED) == "retried"
+    assert present(s.get("r1")) == _job(
+        "r1", 500, lease_sequence=1, attempts=0, max_attempts=1, last_error="e1")
+    assert s.retry("r1", 500) == RetryResult.NOT_FAILED
+    assert s.list_failed() == []
+    assert s.lease("h", 499, TTL) is None
+    again = present(s.lease("h", 500, TTL))
+    assert (again.run_id, again.attempts, again.lease_sequence) == ("r1", 1, 2)
+    assert s.release("r1", "h", 600, again.lease_sequence, "e2") is True
+    assert present(s.get("r1")).last_error == "e2" and present(s.get("r1")).failed
+    # dispatch_at None: the store's clock.
+    clock = s.now_ms()
+    assert s.retry("r1") == RetryResult.RETRIED
+    assert clock <= present(s.get("r1")).dispatch_at <= s.now_ms()
+
+
+def test_a_cancelled_failed_job_is_cancelled_and_not_retried(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100, 1)
+    _fail_once(s, "r1", 100)
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    job = present(s.get("r1"))
+    assert (job.state, job.failed, job.cancelled) == ("cancelled", True, True)
+    assert s.retry("r1", 0) == RetryResult.NOT_FAILED
+    assert s.list_failed() == []
+
+
+def test_a_cancelled_job_released_out_of_attempts_stays_cancelled(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100, 1)
+    leased = present(s.lease("h", 100, TTL))
+    assert s.cancel("r1") == CancelResult.CANCELLED
+    assert s.release("r1", "h", 100, leased.lease_sequence, "x") is True
+    assert present(s.get("r1")).state == "cancelled"
+
+
+def test_list_failed_by_dispatch_at_then_run_id_with_a_limit(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    for run_id, at in (("c", 30), ("b", 10), ("a", 30), ("ok", 5)):
+        s.schedule(run_id, at, 1 if run_id != "ok" else 5)
+    for expected in ("ok", "b", "a", "c"):
+        _fail_once(s, expected, 100)
+    assert [j.run_id for j in s.list_failed()] == ["b", "a", "c"]
+    assert [j.run_id for j in s.list_failed(2)] == ["b", "a"]
+    assert all(j.state == "failed" and j.last_error == "boom" for j in s.list_failed())
+
+
+def test_purge_deletes_failed_jobs(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("failed", 100, 1)
+    s.schedule("waiting", 100, 3)
+    _fail_once(s, "failed", 100)
+    _fail_once(s, "waiting", 100)
+    assert s.purge(2**62, 10) == 1
+    assert [j.run_id for j in jobs.state()] == ["waiting"]
+
+
+def test_release_error_of_4096_characters_is_kept(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    leased = present(s.lease("h", 100, TTL))
+    wide = "é" * 4096  # characters, not bytes
+    assert s.release("r1", "h", 100, leased.lease_sequence, wide) is True
+    assert present(s.get("r1")).last_error == wide
+
+
 # --- bad input (docs/contract.md) -------------------------------------------------------------------
 
 BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
@@ -535,6 +682,16 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("release", "holder", ("live", "", 1)),
     ("release", "holder", ("live", LONG, 1)),
     ("release", "retry_at", ("live", "h", None)),
+    ("release", "error", ("live", "h", 1, None, "e" * 4097)),
+    ("release", "error", ("live", "h", 1, None, "é" * 4097)),
+    ("schedule", "max_attempts", ("live", 1, 0)),
+    ("schedule", "max_attempts", ("new", 1, -1)),
+    ("schedule", "max_attempts", ("new", 1, -(2**31) - 1)),
+    ("retry", "run_id", ("", 1)),
+    ("retry", "run_id", (None, None)),
+    ("retry", "run_id", (LONG, 1)),
+    ("list_failed", "limit", (0,)),
+    ("list_failed", "limit", (-1,)),
     ("cancel", "run_id", ("",)),
     ("cancel", "run_id", (None,)),
     ("cancel", "run_id", (LONG,)),
@@ -642,6 +799,15 @@ def test_lease_overflow_is_22003_and_changes_nothing(jobs: JobStoreUnderTest, me
         lambda s: s.purge(2**62, 2**31),
         lambda s: s.purge(1.5, 10),
         lambda s: s.purge(2**62, True),
+        lambda s: s.schedule("r", 1, 2**31),
+        lambda s: s.schedule("r", 1, True),
+        lambda s: s.schedule("r", 1, 1.5),
+        lambda s: s.release("live", "h", 1, None, 7),
+        lambda s: s.release("live", "h", 1, None, "e\x00"),
+        lambda s: s.retry("live", 2**63),
+        lambda s: s.retry("live", "1"),
+        lambda s: s.list_failed(2**31),
+        lambda s: s.list_failed(True),
     ],
 )
 def test_python_level_bad_values_raise_invalid_argument(

@@ -1,14 +1,16 @@
 """The job rules and the bad-input rules of docs/contract.md as a state machine: PgJobStore against MemoryJobStore, side by side.
 
 Hypothesis draws random sequences of every job operation (schedule, lease,
-renew, mark_dispatched, release, cancel, get, list_dispatched, remove) with
+renew, mark_dispatched, release, retry, cancel, get, list_dispatched,
+list_failed, remove) with
 explicit ``now`` values from a clock that mostly moves forward, and now and
 then lands exactly on, or one millisecond either side of, a lease's end or a
 job's due time (``lease_until == now`` is expired for lease and for renew).
 Run ids are few and include code-point ordering cases ("A" < "a" < "ab" <
 "b") and ties in ``dispatch_at``; holders are few, so calls collide. Bad
 inputs (empty or NULL run_id and holder, 1025-character holder and worker_id,
-non-positive ttl, NULL dispatch_at / retry_at, ``now + ttl`` past bigint) are
+non-positive ttl and max_attempts, a 4097-character error, NULL dispatch_at /
+retry_at, ``now + ttl`` past bigint) are
 drawn too. After every step both stores must have given the same answer (or
 both raised ``InvalidArgument`` with the same SQLSTATE, naming the same
 parameter, changing nothing) and hold the same jobs, column for column.
@@ -56,6 +58,9 @@ STEPS = st.integers(min_value=0, max_value=400)
 # jobs scheduled at one clock reading tie on dispatch_at.
 OFFSETS = st.sampled_from([0, -10, -100, 50]) | st.integers(min_value=-300, max_value=600)
 BIGINT_MAX = 2**63 - 1
+# Small maxima, so jobs run out of attempts (and fail) within a run; None: the default.
+MAX_ATTEMPTS = st.sampled_from([None, 1, 1, 2, 3])
+ERRORS = st.sampled_from([None, "timeout", "", "é" * 4096])
 
 
 class _Context:
@@ -120,7 +125,8 @@ class JobMachine(RuleBasedStateMachine):
         rows = self.conn.execute(
             sql.SQL(
                 "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id,"
-                ' dispatched, cancelled, lease_sequence FROM {}.jobs ORDER BY run_id COLLATE "C"'
+                " dispatched, cancelled, lease_sequence, attempts, max_attempts, last_error,"
+                ' failed FROM {}.jobs ORDER BY run_id COLLATE "C"'
             ).format(sql.Identifier(_Context.schema))
         ).fetchall()
         return [Job(*row) for row in rows]
@@ -197,9 +203,9 @@ class JobMachine(RuleBasedStateMachine):
             off = data.draw(st.sampled_from([0, 0, -1, 1]), label="off by")
             self.now = max(self.now, edge + off)
 
-    @rule(run_id=RUN_IDS, data=st.data())
-    def schedule(self, run_id: str, data: st.DataObject) -> None:
-        self.both("schedule", run_id, self.draw_time(data, "dispatch_at offset"))
+    @rule(run_id=RUN_IDS, max_attempts=MAX_ATTEMPTS, data=st.data())
+    def schedule(self, run_id: str, max_attempts: int | None, data: st.DataObject) -> None:
+        self.both("schedule", run_id, self.draw_time(data, "dispatch_at offset"), max_attempts)
 
     @rule(run_ids=st.lists(RUN_IDS, min_size=2, max_size=5, unique=True), data=st.data())
     def schedule_many_due(self, run_ids: list[str], data: st.DataObject) -> None:
@@ -207,7 +213,7 @@ class JobMachine(RuleBasedStateMachine):
         dispatch_at, broken by run_id in code-point order."""
         due = self.now - data.draw(st.sampled_from([0, 10, 100]), label="due ago")
         for run_id in run_ids:
-            self.both("schedule", run_id, due)
+            self.both("schedule", run_id, due, data.draw(MAX_ATTEMPTS, label="max_attempts"))
 
     @rule(holder=HOLDERS, ttl_ms=TTLS, data=st.data())
     def lease(self, holder: str, ttl_ms: int, data: st.DataObject) -> None:
@@ -222,6 +228,15 @@ class JobMachine(RuleBasedStateMachine):
         kind, job = self.both("lease", holder, self.draw_now(data), ttl_ms)
         if kind == "ok" and job is not None:
             self.both("mark_dispatched", job.run_id, holder, data.draw(WORKERS, label="worker"))
+
+    @rule(holder=HOLDERS, error=ERRORS, data=st.data())
+    def lease_and_fail(self, holder: str, error: str | None, data: st.DataObject) -> None:
+        """A worker whose dispatch raised, so jobs run out of attempts (and fail, and get
+        retried) within a run: lease the next job, then release it with the error."""
+        kind, job = self.both("lease", holder, self.draw_now(data), 500)
+        if kind == "ok" and job is not None:
+            retry_at = self.draw_time(data, "retry_at offset")
+            self.both("release", job.run_id, holder, retry_at, job.lease_sequence, error)
 
     @precondition(lambda self: any(j.lease_until is not None for j in self.memory.list_all()))
     @rule(ttl_ms=TTLS, data=st.data())
@@ -254,11 +269,35 @@ class JobMachine(RuleBasedStateMachine):
         if kind == "ok":
             event(f"mark_dispatched recorded={answer.recorded} cancelled={answer.cancelled}")
 
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
+    @rule(error=ERRORS, data=st.data())
+    def release(self, error: str | None, data: st.DataObject) -> None:
         run_id = self.draw_run_id(data)
         holder = self.draw_holder(run_id, data)
-        self.both("release", run_id, holder, self.draw_time(data, "retry_at offset"))
+        retry_at = self.draw_time(data, "retry_at offset")
+        kind, answer = self.both("release", run_id, holder, retry_at, None, error)
+        job = self.memory.get(run_id)
+        if kind == "ok" and answer and job is not None:
+            event(f"release left the job {job.state}")
+
+    def failed_ids(self) -> list[str]:
+        return [j.run_id for j in self.memory.list_all() if j.state == "failed"]
+
+    @rule(run_id=RUN_IDS, data=st.data())
+    def retry(self, run_id: str, data: st.DataObject) -> None:
+        kind, answer = self.both("retry", run_id, self.draw_time(data, "dispatch_at offset"))
+        if kind == "ok":
+            event(f"retry answered {answer}")
+
+    @precondition(lambda self: bool(self.failed_ids()))
+    @rule(data=st.data())
+    def retry_a_failed_job(self, data: st.DataObject) -> None:
+        run_id = data.draw(st.sampled_from(self.failed_ids()), label="failed run_id")
+        kind, answer = self.both("retry", run_id, self.draw_time(data, "dispatch_at offset"))
+        assert (kind, str(answer)) == ("ok", "retried")
+
+    @rule(limit=st.sampled_from([None, 1, 2, 10]))
+    def list_failed(self, limit: int | None) -> None:
+        self.both("list_failed", limit)
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -310,6 +349,11 @@ class JobMachine(RuleBasedStateMachine):
                     ("renew", run_id, holder, BIGINT_MAX - 10, 100),
                     ("schedule", run_id, None),
                     ("release", run_id, holder, None),
+                    ("release", run_id, holder, now, None, "e" * 4097),
+                    ("schedule", run_id, now, 0),
+                    ("schedule", run_id, now, -1),
+                    ("retry", bad, now),
+                    ("list_failed", 0),
                 ]
             ),
             label="call",

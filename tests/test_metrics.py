@@ -395,25 +395,38 @@ def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
     assert "usage:" in done.stderr
 
 
-def _constant(stats: StoreStats) -> Callable[[], StoreStats]:
-    return lambda: stats
-
-
-def test_jobs_failed_is_exported_where_store_stats_has_it(
-    pgstore_database: str, pgstore_schema: str
+def test_a_job_that_fails_for_good_is_counted_and_shown_as_failed(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
 ) -> None:
-    """A schema revision adds ``jobs_failed`` to store_stats(): the gauge appears with it
-    (here a reading of this schema with the column added), and is absent without it."""
-    from dataclasses import asdict, dataclass
+    registry, url = served
+    metrics = RuntimeMetrics(registry)
+    store = PgJobStore(pgstore_database, schema=pgstore_schema)
+    registry.register(StoreStatsCollector(store.stats))
+    store.schedule("doomed", store.now_ms() - 1, max_attempts=2)
+    store.schedule("fine", store.now_ms() - 1)
+    assert value(scrape(url), "pgstore_jobs_failed") == 0
 
-    @dataclass(frozen=True)
-    class WithFailed(StoreStats):
-        jobs_failed: int = 0
+    def dispatch(job: Job) -> str:
+        if job.run_id == "doomed":
+            raise ConnectionError("provider down")
+        return "bot"
 
-    with PgJobStore(pgstore_database, schema=pgstore_schema) as store:
-        reading = store.stats()
-    for stats, expected in ((reading, None), (WithFailed(**asdict(reading), jobs_failed=3), 3)):
-        registry = CollectorRegistry()
-        registry.register(StoreStatsCollector(_constant(stats)))
-        assert registry.get_sample_value("pgstore_jobs_failed") == expected
-        assert registry.get_sample_value("pgstore_store_stats_up") == 1
+    d = Dispatcher(store, dispatch, holder="d1", poll_interval=0.02, listen=False,
+                   backoff=Backoff(base_ms=1, max_ms=1, jitter=0))
+    metrics.observe(d)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(d.run(handle_signals=False))
+        await _until("the job failed for good", lambda: value(
+            scrape(url), "pgstore_releases_total", outcome="failed") == 1)
+        d.stop()
+        await task
+
+    asyncio.run(main())
+    page = scrape(url)
+    store.close()
+    assert value(page, "pgstore_releases_total", outcome="released") == 1  # attempt 1 of 2
+    assert value(page, "pgstore_releases_total", outcome="failed") == 1
+    assert value(page, "pgstore_jobs_failed") == 1
+    assert value(page, "pgstore_jobs", state="dispatched") == 1
+    assert value(page, "pgstore_jobs", state="due") == 0  # a failed job is not due

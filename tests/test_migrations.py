@@ -293,6 +293,82 @@ def test_upgrade_from_0008_stamps_finished_jobs_and_purges_them_and_downgrade_ba
     assert current_revision(dsn, "mig9_upgraded") == "pgstore_0009"
 
 
+def test_upgrade_from_0009_counts_attempts_from_zero_and_downgrade_cancels_failed_jobs(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0010 adds jobs.attempts (0 for the jobs already stored), max_attempts (the default,
+    25), last_error and failed, and schedules.consecutive_failures (1 where the last run
+    was an error). Callers of the old signatures keep working as the client role, which
+    may run job_retry too; the downgrade turns a failed job into a cancelled one (so 0009
+    never leases it again), keeps every row and leaves a catalog equal to 0009's."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig10_upgraded", "pgstore_0009")
+    migrate(dsn, "mig10_reference", "pgstore_0009")
+    client = f"mig10_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+
+    def rows(conn: psycopg.Connection[Any]) -> tuple[list[Any], list[Any]]:
+        return (
+            conn.execute("SELECT * FROM mig10_upgraded.schedules ORDER BY id").fetchall(),
+            conn.execute("SELECT * FROM mig10_upgraded.jobs ORDER BY run_id").fetchall(),
+        )
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig10_upgraded")
+        for sid, status in (("bad", "error"), ("good", "ok")):
+            conn.execute("SELECT schedule_register(%s, 'interval', '1000', 0, 0)", (sid,))
+            conn.execute("SELECT schedule_claim_due(%s, 'w', 10, 1000)", (sid,))
+            conn.execute("SELECT schedule_complete(%s, 1, 1000, 10, %s, 20)", (sid, status))
+        conn.execute("SELECT schedule_register('new', 'once', '0', 0, 0)")
+        for run_id in ("cancelled", "held", "sent", "waiting"):
+            conn.execute("SELECT job_schedule(%s, 0)", (run_id,))
+        conn.execute("SELECT job_cancel('cancelled')")
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # held
+        conn.execute("SELECT job_lease('h', 10, 60000)")  # sent
+        conn.execute("SELECT job_mark_dispatched('sent', 'h', 'bot')")
+        before = rows(conn)
+
+    migrate(dsn, "mig10_upgraded", "pgstore_0010")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schedules, jobs = rows(conn)
+        assert [row[:-1] for row in schedules] == before[0]  # the new column, last
+        assert {row[0]: row[-1] for row in schedules} == {"bad": 1, "good": 0, "new": 0}
+        assert [row[:-4] for row in jobs] == before[1]  # the new columns, last
+        assert {tuple(row[-4:]) for row in jobs} == {(0, 25, None, False)}
+        conn.execute("SET search_path = mig10_upgraded")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        # The old signatures, as a caller written for 0009 sends them.
+        conn.execute("SELECT job_schedule('flaky', 0)")
+        conn.execute("SELECT job_schedule('flaky', 0, 1)")
+        assert conn.execute("SELECT run_id, attempts FROM job_lease('h', 20, 60000)").fetchone() == (
+            "flaky", 1)
+        assert conn.execute("SELECT job_release('flaky', 'h', 0)").fetchone() == (True,)
+        assert conn.execute("SELECT run_id, failed FROM job_list('failed', NULL, 5)").fetchall() == [
+            ("flaky", True)]
+        assert conn.execute("SELECT jobs_failed FROM store_stats(NULL)").fetchone() == (1,)
+        assert conn.execute("SELECT job_retry('waiting', NULL)").fetchone() == ("not_failed",)
+        conn.execute("SELECT schedule_claim_due('bad', 'w', 2000, 1000)")
+        conn.execute("SELECT schedule_complete('bad', 2, 3000, 2000, 'error', 2100)")
+        assert conn.execute("SELECT consecutive_failures FROM schedule_get('bad')").fetchone() == (2,)
+        conn.execute("RESET ROLE")
+        _, jobs = rows(conn)
+
+    downgrade(dsn, "mig10_upgraded", "pgstore_0009")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig10_upgraded") == catalog(conn, "mig10_reference")
+        assert conn.execute("SELECT mig10_upgraded.schema_revision()").fetchone() == ("pgstore_0009",)
+        _, down = rows(conn)
+        flaky = [row for row in down if row[0] == "flaky"]
+        assert [row[:-4] for row in jobs if row[0] != "flaky"] == [
+            row for row in down if row[0] != "flaky"]
+        assert flaky[0][6] is True and flaky[0][-1] is not None  # cancelled, finished_at kept
+        conn.execute("SET search_path = mig10_upgraded")
+        far = "SELECT run_id FROM job_lease('h', 9223372036854775000, 1)"
+        leased = [conn.execute(far).fetchall() for _ in range(3)]
+        assert leased == [[("held",)], [("waiting",)], []]  # never flaky
+    migrate(dsn, "mig10_upgraded", "pgstore_0010")
+    assert current_revision(dsn, "mig10_upgraded") == "pgstore_0010"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

@@ -45,11 +45,16 @@ API_CALLS = [
     "job_renew('r', 'h', 20, 1000)",
     "job_mark_dispatched('r', 'h', 'w')",
     "job_release('r', 'h', 50)",
+    "job_schedule('r', 0, 3)",
+    "job_lease('h', 60, 1000)",
+    "job_release('r', 'h', 50, NULL, 'boom')",
+    "job_retry('r', NULL)",
     "job_cancel('r')",
     "job_get('r')",
     "job_list_dispatched()",
     "store_stats(NULL)",
     "job_list('all', NULL, 10)",
+    "job_list('failed', NULL, 10)",
     "job_remove('r')",
 ]
 TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]
@@ -304,7 +309,7 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
         assert conn.execute(  # the database clock is still fine
             "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
     with psycopg.connect(dsn) as admin:
-        assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [(True, 60000)]
+        assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [(True, 60000, 25)]
 
 
 def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Roles]) -> None:

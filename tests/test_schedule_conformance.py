@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pgstore import CompletePatch, InvalidArgument, ScheduleRecord
+from pgstore import CompletePatch, InvalidArgument, LastStatus, ScheduleRecord
 from pgstore.protocols import ScheduleStore
 from tests.conftest import StoreUnderTest, present
 
@@ -188,6 +188,28 @@ def test_complete_writes_patch_and_clears_lease(schedules: StoreUnderTest) -> No
     assert (rec.next_run_at, rec.last_run_at, rec.last_status) == (2_000, 100, "ok")
     assert (rec.lease_owner, rec.lease_until, rec.updated_at) == (None, None, 150)
     assert rec.fencing_token == claim.fencing_token
+
+
+def test_complete_counts_consecutive_failures_and_ok_resets_them(
+    schedules: StoreUnderTest,
+) -> None:
+    s = schedules.store
+    assert _registered(s).consecutive_failures == 0
+    seen = []
+    statuses: list[LastStatus] = ["error", "error", "error", "ok", "error"]
+    for at, status in enumerate(statuses, start=1):
+        claim = present(s.claim_due("t", "w1", 100 * at, LEASE))
+        assert s.complete("t", claim.fencing_token, CompletePatch(100 * (at + 1), at, status))
+        rec = present(s.get("t"))
+        seen.append((rec.last_status, rec.consecutive_failures))
+    assert seen == [("error", 1), ("error", 2), ("error", 3), ("ok", 0), ("error", 1)]
+    # A stale complete counts nothing; a new spec keeps the count, a delete drops it.
+    before = schedules.state()
+    assert s.complete("t", 1, CompletePatch(0, 0, "error")) is False
+    assert schedules.state() == before
+    assert s.register("t", "interval", "5000", 10, 20).consecutive_failures == 1
+    s.delete("t")
+    assert _registered(s).consecutive_failures == 0
 
 
 def test_complete_with_null_next_run_at_is_a_tombstone(schedules: StoreUnderTest) -> None:

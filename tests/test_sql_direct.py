@@ -29,7 +29,8 @@ def _state(db: psycopg.Connection[Any]) -> list[Any]:
 
 def test_claim_renew_complete_delete_register_cycle(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT * FROM schedule_register('report', 'cron', '0 * * * *', 1000, 500)").fetchone()
-    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500)
+    # consecutive_failures comes after the other columns.
+    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500, 0)
     claim = db.execute("SELECT fencing_token, lease_owner, lease_until FROM schedule_claim_due('report', 'host-a', 1000, 30000)").fetchone()
     assert claim == (1, "host-a", 31000)
     assert db.execute("SELECT schedule_claim_due('report', 'host-b', 1001, 30000)").fetchall() == []
@@ -101,6 +102,15 @@ JOB_NULL_CALLS = [
     ("job_release(NULL, 'h', 1)", "run_id"),
     ("job_release('r', NULL, 1)", "holder"),
     ("job_release('r', 'h', NULL)", "retry_at"),
+    ("job_release('r', 'h', 1, NULL, repeat('e', 4097))", "error"),
+    ("job_release('absent', 'h', 1, NULL, repeat('é', 4097))", "error"),
+    ("job_schedule('r', 1, 0)", "max_attempts"),
+    ("job_schedule('new', 1, -1)", "max_attempts"),
+    ("job_schedule('r', 1, -2147483648)", "max_attempts"),
+    ("job_retry(NULL, 1)", "run_id"),
+    ("job_retry('', NULL)", "run_id"),
+    ("job_retry(repeat('r', 1025), 1)", "run_id"),
+    ("job_list('failures', NULL, 1)", "filter"),
     ("job_cancel(NULL)", "run_id"),
     ("job_cancel(repeat('r', 1025))", "run_id"),
     ("job_get(NULL)", "run_id"),
@@ -145,8 +155,10 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     assert db.execute("SELECT * FROM job_lease('dispatcher-1', 35999999, 30000)").fetchall() == []
     row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
     # The lease sequence comes after the other columns (the first lease is 1), then
-    # finished_at (NULL while the job waits).
-    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1, None)
+    # finished_at (NULL while the job waits), then attempts (this lease counted),
+    # max_attempts (the store default), last_error and failed.
+    assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1, None,
+                   1, 25, None, False)
     assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
     assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
@@ -286,3 +298,116 @@ def test_register_racing_a_delete_under_repeatable_read_is_a_serialization_failu
         ).fetchone()
         rr.commit()
     assert row == (3,)
+
+
+def _job(db: psycopg.Connection[Any], run_id: str) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT attempts, max_attempts, last_error, failed, finished_at IS NOT NULL,"
+        " lease_holder, dispatch_at FROM job_get(%s)", (run_id,)
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_job_fails_when_released_out_of_attempts_and_retry_revives_it(
+    db: psycopg.Connection[Any],
+) -> None:
+    db.execute("SELECT job_schedule('r', 0, 2)")
+    db.execute("SELECT job_schedule('other', 0)")  # the store default, 25
+    assert _job(db, "other")[:2] == (0, 25)
+    lease = "SELECT run_id, attempts FROM job_lease('h', 10, 1000)"
+    assert db.execute(lease).fetchone() == ("other", 1)
+    assert db.execute("SELECT job_release('other', 'h', 99)").fetchone() == (True,)  # old form
+    assert _job(db, "other") == (1, 25, None, False, False, None, 99)
+    assert db.execute(lease).fetchone() == ("r", 1)
+    assert db.execute("SELECT job_release('r', 'h', 5, NULL, 'timeout')").fetchone() == (True,)
+    assert _job(db, "r") == (1, 2, "timeout", False, False, None, 5)
+    assert db.execute(lease).fetchone() == ("r", 2)  # due at 5 <= 10
+    # The last attempt's release fails the job: dispatch_at kept, finished_at set.
+    assert db.execute("SELECT job_release('r', 'h', 7, 2, NULL)").fetchone() == (True,)
+    assert _job(db, "r") == (2, 2, "timeout", True, True, None, 5)
+    far = "SELECT run_id FROM job_lease('h', 9223372036854775000, 1)"
+    assert db.execute(far).fetchall() == [("other",)]
+    assert db.execute(far).fetchall() == []  # never r
+    assert db.execute("SELECT job_release('r', 'h', 7)").fetchone() == (False,)  # no lease
+    listed = db.execute("SELECT run_id, failed, matching FROM job_list('failed', NULL, 5)")
+    assert listed.fetchall() == [("r", True, 1)]
+    stats = db.execute("SELECT jobs_failed, jobs_leased FROM store_stats(10)").fetchone()
+    assert stats == (1, 1)
+    assert db.execute("SELECT run_id FROM job_list('due', 9223372036854775807, NULL)").fetchall() == [
+        ("other",)]
+    # job_schedule moves dispatch_at only: the job stays failed.
+    db.execute("SELECT job_schedule('r', 0)")
+    assert _job(db, "r")[3] is True
+    assert db.execute("SELECT job_retry('other', NULL)").fetchone() == ("not_failed",)
+    assert db.execute("SELECT job_retry('absent', NULL)").fetchone() == ("missing",)
+    assert db.execute("SELECT job_retry('r', 3)").fetchone() == ("retried",)
+    assert _job(db, "r") == (0, 2, "timeout", False, False, None, 3)
+    assert db.execute("SELECT job_retry('r', 3)").fetchone() == ("not_failed",)
+    assert db.execute(lease).fetchone() == ("r", 1)
+
+
+def test_a_failed_job_is_purged_and_a_cancelled_one_is_not_retried(
+    db: psycopg.Connection[Any],
+) -> None:
+    db.execute("SELECT job_schedule(r, 0, 1) FROM unnest(ARRAY['a', 'b']) r")
+    for run_id in ("a", "b"):
+        assert db.execute("SELECT run_id FROM job_lease('h', 10, 1000)").fetchone() == (run_id,)
+        assert db.execute("SELECT job_release(%s, 'h', 0, NULL, '')", (run_id,)).fetchone() == (True,)
+    assert db.execute("SELECT job_cancel('b')").fetchone() == ("cancelled",)
+    assert db.execute("SELECT job_retry('b', NULL)").fetchone() == ("not_failed",)
+    assert db.execute("SELECT jobs_failed, jobs_cancelled FROM store_stats(NULL)").fetchone() == (1, 1)
+    assert db.execute("SELECT run_id FROM job_list('failed', NULL, NULL)").fetchall() == [("a",)]
+    assert _job(db, "a")[2] == ""  # an empty error is kept as given
+    assert db.execute("SELECT job_purge(9223372036854775807, 10)").fetchone() == (2,)
+
+
+def test_release_error_is_capped_at_4096_characters_and_max_attempts_at_integer(
+    db: psycopg.Connection[Any],
+) -> None:
+    db.execute("SELECT job_schedule('r', 0, 2147483647)")
+    db.execute("SELECT job_lease('h', 10, 1000)")
+    before = _state(db)
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        db.execute("SELECT job_schedule('r', 0, 2147483648::bigint::integer)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="error"):
+        db.execute("SELECT job_release('r', 'h', 0, NULL, repeat('😀', 4097))")
+    assert _state(db) == before
+    assert db.execute("SELECT job_release('r', 'h', 0, NULL, repeat('😀', 4096))").fetchone() == (True,)
+    assert _job(db, "r")[:4] == (1, 2147483647, "😀" * 4096, False)
+
+
+def test_the_store_default_max_attempts_applies_to_jobs_scheduled_after_it(
+    db: psycopg.Connection[Any],
+) -> None:
+    db.execute("SELECT job_schedule('before', 0)")
+    db.execute("UPDATE store_settings SET default_max_attempts = 3")
+    try:
+        db.execute("SELECT job_schedule('after', 0)")
+        db.execute("SELECT job_schedule('given', 0, 7)")
+        db.execute("SELECT job_schedule('before', 1)")  # kept: no p_max_attempts
+        assert [_job(db, r)[1] for r in ("before", "after", "given")] == [25, 3, 7]
+        db.execute("SELECT job_schedule('before', 1, 4)")  # given: moved
+        assert _job(db, "before")[1] == 4
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute("UPDATE store_settings SET default_max_attempts = 0")
+    finally:
+        db.execute("UPDATE store_settings SET default_max_attempts = 25")
+
+
+def test_schedule_complete_counts_consecutive_failures(db: psycopg.Connection[Any]) -> None:
+    db.execute("SELECT schedule_register('t', 'interval', '1', 0, 0)")
+    seen = []
+    for token, status in enumerate(["error", "error", "ok", "error"], start=1):
+        db.execute("SELECT schedule_claim_due('t', 'w', %s, 1)", (token * 10,))
+        done = db.execute(
+            "SELECT schedule_complete('t', %s, 0, %s, %s, NULL)", (token, token * 10, status)
+        ).fetchone()
+        assert done == (True,)
+        row = db.execute("SELECT last_status, consecutive_failures FROM schedule_get('t')")
+        seen.append(row.fetchone())
+    assert seen == [("error", 1), ("error", 2), ("ok", 0), ("error", 1)]
+    # A stale complete changes nothing; a re-register with another spec keeps the count.
+    assert db.execute("SELECT schedule_complete('t', 1, 0, 0, 'error', NULL)").fetchone() == (False,)
+    db.execute("SELECT schedule_register('t', 'interval', '2', 0, 0)")
+    assert db.execute("SELECT consecutive_failures FROM schedule_get('t')").fetchone() == (1,)

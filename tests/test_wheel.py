@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "pgstore_0009"
+HEAD = "pgstore_0010"
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +106,7 @@ def test_wheel_carries_sql_migrations_and_the_script(installed: Installed) -> No
     assert {"pgstore/cli/__init__.py", "pgstore/__main__.py", "pgstore/py.typed"} <= names
     # make demo and make bench run from a clone: neither ships in the wheel
     assert not [n for n in names if n.startswith(("pgstore/demo/", "pgstore/bench/"))]
+    assert "pgstore/testing_ha.py" not in names  # the failover rig of the trials and the bench
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "pgstore = pgstore.cli:main" in entry_points
 

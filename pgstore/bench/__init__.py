@@ -14,7 +14,10 @@ under ``.pgdata/bench``), inside that database, in schemas named
 6. ``hot``: HOT share and sizes after 100,000 claim/complete cycles;
 7. ``wakeup``: schedule → dispatch latency of an idle Dispatcher, and the
    cost of job_schedule's NOTIFY;
-8. ``retention``: job_lease with ``--retention-rows`` finished jobs of history
+8. ``ha``: each store operation with a streaming standby of our own on this
+   machine (asynchronous, synchronous, ``remote_apply``) against none, and the
+   failover floor of ``pgstore_0007`` against the ``pgstore_0006`` functions;
+9. ``retention``: job_lease with ``--retention-rows`` finished jobs of history
    against 1,000, before and after a purge, vacuumed and never vacuumed.
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
@@ -138,6 +141,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
 
 
 def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
+    from pgstore.bench._ha import run_ha
     from pgstore.bench._hot import run_hot
     from pgstore.bench._ops import run_floors, run_naive, run_ops
     from pgstore.bench._peers import run_peers
@@ -146,7 +150,7 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     from pgstore.bench._wakeup import run_wakeup
 
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
-            "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup,
+            "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
             "retention": run_retention}
 
 

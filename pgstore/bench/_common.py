@@ -26,7 +26,8 @@ from pgstore.schema.objects import load
 #: Every schema a benchmark creates starts with this.
 PREFIX = "pgstore_bench_"
 
-SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "retention")
+SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha",
+            "retention")
 
 Conn = psycopg.Connection[Any]
 

@@ -65,6 +65,15 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
     hot = results.get("hot")
     if hot:
         out.append(_target("claims HOT share", hot["claims_hot_share"]["ratio"], ">=", 0.95))
+    ha = results.get("ha")
+    if ha:
+        for level, epoch in ha["epoch"]["by_commit"].items():
+            by = epoch["by_revision"]
+            for op in ("claim_due", "job_lease"):  # the calls that read the timeline
+                out.append(_target(
+                    f"{op} pgstore_0007 / pgstore_0006, no standby, synchronous_commit {level}",
+                    by["0007"][op]["ratio"]["median"], "<=", by["0006b"][op]["ratio"]["max"],
+                    "bound: the largest 0006 / 0006 ratio of the run"))
     retention = results.get("retention")
     if retention:
         rows = f"{retention['history_rows']:,}"
@@ -191,6 +200,33 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         rows.append([f"NOTIFY cost (job_schedule - {wake['notify_cost_against']})",
                      f"{wake['notify_cost_us']['median']:.0f} µs"])
         out.append(("Wake-up", ["what", "value"], rows))
+    ha = results.get("ha")
+    if ha:
+        out += _ha_tables(ha)
+    return out
+
+
+def _ha_tables(ha: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    rep, epoch = ha["replication"], ha["epoch"]
+    by = rep["by_setting"]
+    base = rep["settings"][0]
+    rows = [[op, _us(by[base][op]["us"])]
+            + [f"{by[name][op]['us']['median']:.0f} µs · {_x(by[name][op]['ratio'])}"
+               for name in rep["settings"][1:]]
+            for op in by[base]]
+    out = [(f"A synchronous standby on this machine (PostgreSQL {rep['server']}), ratio to a "
+            "commit that waits for the local flush only, from SQL",
+            ["operation", "synchronous_commit = local", "on", "remote_apply"], rows)]
+    for level, per in epoch["by_commit"].items():
+        ev = per["by_revision"]
+        erows = [[op, _us(ev["0006"][op]["us"]), _us(ev["0007"][op]["us"]),
+                  _x(ev["0007"][op]["ratio"]), _x(ev["0006b"][op]["ratio"]),
+                  "yes" if per["within_spread"][op] else "no"]
+                 for op in ev["0006"]]
+        out.append((f"The failover floor: pgstore_0007 against pgstore_0006 (no standby, "
+                    f"synchronous_commit = {level})",
+                    ["operation", "0006", "0007", "0007 / 0006",
+                     "0006 / 0006 (the run's spread)", "within the spread"], erows))
     return out
 
 

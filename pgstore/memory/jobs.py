@@ -12,7 +12,14 @@ from dataclasses import replace
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.memory.schedules import wall_clock_ms
-from pgstore.models import CancelResult, Job, MarkResult
+from pgstore.models import (
+    DEFAULT_MAX_ATTEMPTS,
+    ERROR_MAX_CHARS,
+    CancelResult,
+    Job,
+    MarkResult,
+    RetryResult,
+)
 
 __all__ = ["MemoryJobStore"]
 
@@ -34,10 +41,22 @@ def _lease_live(job: Job, at: int) -> bool:
     return job.lease_until is not None and job.lease_until > at
 
 
-class MemoryJobStore:
-    """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts."""
+def _check_max_attempts(max_attempts: object) -> None:
+    """None (the store default) or a positive integer within SQL's integer."""
+    if max_attempts is not None:
+        v.positive("max_attempts", max_attempts, maximum=v.INTEGER_MAX)
 
-    def __init__(self) -> None:
+
+class MemoryJobStore:
+    """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts.
+
+    ``default_max_attempts`` is what ``schedule`` stores for a job given no
+    ``max_attempts`` (PostgreSQL's ``store_settings.default_max_attempts``)."""
+
+    def __init__(self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.default_max_attempts = v.positive(
+            "default_max_attempts", default_max_attempts, maximum=v.INTEGER_MAX
+        )
         self._jobs: dict[str, Job] = {}
         #: finished_at by run_id (this process's clock): kept beside the jobs, as SQL keeps
         #: the column beside the row, since ``Job`` does not carry it.
@@ -47,18 +66,25 @@ class MemoryJobStore:
     def start(self) -> None:
         """Nothing to set up."""
 
-    def schedule(self, run_id: str, dispatch_at: int) -> None:
+    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
         v.name("run_id", run_id)
         v.present_int("dispatch_at", dispatch_at)
+        _check_max_attempts(max_attempts)
         with self._lock:
             current = self._jobs.get(run_id)
             if current is None:
                 self._jobs[run_id] = Job(
                     run_id=run_id, dispatch_at=dispatch_at, lease_holder=None,
                     lease_until=None, worker_id=None, dispatched=False, cancelled=False,
+                    max_attempts=(
+                        self.default_max_attempts if max_attempts is None else max_attempts
+                    ),
                 )
             else:
-                self._jobs[run_id] = replace(current, dispatch_at=dispatch_at)
+                self._jobs[run_id] = replace(
+                    current, dispatch_at=dispatch_at,
+                    max_attempts=current.max_attempts if max_attempts is None else max_attempts,
+                )
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         v.name("holder", holder)
@@ -69,7 +95,7 @@ class MemoryJobStore:
         with self._lock:
             leasable = [
                 job for job in self._jobs.values()
-                if not job.dispatched and not job.cancelled and job.dispatch_at <= at
+                if job.state == "waiting" and job.dispatch_at <= at
                 and (job.lease_until is None or job.lease_until <= at)
             ]
             if not leasable:
@@ -77,7 +103,7 @@ class MemoryJobStore:
             first = min(leasable, key=lambda job: (job.dispatch_at, job.run_id))
             leased = replace(
                 first, lease_holder=holder, lease_until=until,
-                lease_sequence=first.lease_sequence + 1,
+                lease_sequence=first.lease_sequence + 1, attempts=first.attempts + 1,
             )
             self._jobs[first.run_id] = leased
             return leased
@@ -127,12 +153,16 @@ class MemoryJobStore:
             return MarkResult(cancelled=job.cancelled, recorded=True)
 
     def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
         v.name("run_id", run_id)
         v.name("holder", holder)
         v.present_int("retry_at", retry_at)
         _check_sequence(lease_sequence)
+        v.text("error", error)
+        if error is not None and len(error) > ERROR_MAX_CHARS:
+            raise InvalidArgument("error must be a string of at most 4096 characters")
         with self._lock:
             job = self._jobs.get(run_id)
             if (
@@ -142,10 +172,42 @@ class MemoryJobStore:
                 or not _same_lease(job, lease_sequence)
             ):
                 return False
-            self._jobs[run_id] = replace(
-                job, lease_holder=None, lease_until=None, dispatch_at=retry_at
-            )
+            last_error = job.last_error if error is None else error
+            if job.last_attempt:
+                self._jobs[run_id] = replace(
+                    job, lease_holder=None, lease_until=None, failed=True, last_error=last_error
+                )
+                self._finished.setdefault(run_id, wall_clock_ms())
+            else:
+                self._jobs[run_id] = replace(
+                    job, lease_holder=None, lease_until=None, dispatch_at=retry_at,
+                    last_error=last_error,
+                )
             return True
+
+    def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        v.name("run_id", run_id)
+        v.integer("dispatch_at", dispatch_at)
+        at = wall_clock_ms() if dispatch_at is None else dispatch_at
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if job is None:
+                return RetryResult.MISSING
+            if job.state != "failed":
+                return RetryResult.NOT_FAILED
+            self._jobs[run_id] = replace(job, failed=False, attempts=0, dispatch_at=at)
+            self._finished.pop(run_id, None)
+            return RetryResult.RETRIED
+
+    def list_failed(self, limit: int | None = None) -> list[Job]:
+        if limit is not None:
+            v.positive("limit", limit, maximum=v.INTEGER_MAX)
+        with self._lock:
+            failed = sorted(
+                (job for job in self._jobs.values() if job.state == "failed"),
+                key=lambda job: (job.dispatch_at, job.run_id),
+            )
+        return failed if limit is None else failed[:limit]
 
     def cancel(self, run_id: str) -> CancelResult:
         v.name("run_id", run_id)
@@ -175,7 +237,7 @@ class MemoryJobStore:
             self._finished.pop(run_id, None)
 
     def purge(self, before: int, limit: int) -> int:
-        """Delete at most ``limit`` finished jobs (dispatched, or cancelled) that finished
+        """Delete at most ``limit`` finished jobs (dispatched, cancelled or failed) that finished
         before ``before``, oldest first, never one whose lease is live; how many went."""
         v.present_int("before", before)
         if before < 0:

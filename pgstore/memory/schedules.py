@@ -127,6 +127,9 @@ class MemoryScheduleStore:
                 next_run_at=patch.next_run_at,
                 last_run_at=patch.last_run_at,
                 last_status=status,
+                consecutive_failures=(
+                    0 if status == "ok" else min(current.consecutive_failures + 1, v.INTEGER_MAX)
+                ),
                 lease_owner=None,
                 lease_until=None,
                 updated_at=at,

@@ -39,6 +39,7 @@ CLIENT_FUNCTIONS: tuple[Function, ...] = (
     jobs.RENEW,
     jobs.MARK_DISPATCHED,
     jobs.RELEASE,
+    jobs.RETRY,
     jobs.CANCEL,
     jobs.GET,
     jobs.LIST_DISPATCHED,

@@ -7,17 +7,18 @@ leaves the value rules (docs/contract.md, bad input) to the SQL function.
 from __future__ import annotations
 
 from pgstore import _validate as v
-from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult
+from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call, Function
 
 #: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
 CHANNEL = Function("job_channel", ())
-SCHEDULE = Function("job_schedule", ("text", "bigint"))
+SCHEDULE = Function("job_schedule", ("text", "bigint", "integer"))
 LEASE = Function("job_lease", ("text", "bigint", "bigint"))
 RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint"))
 MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
-RELEASE = Function("job_release", ("text", "text", "bigint", "bigint"))
+RELEASE = Function("job_release", ("text", "text", "bigint", "bigint", "text"))
+RETRY = Function("job_retry", ("text", "bigint"))
 CANCEL = Function("job_cancel", ("text",))
 GET = Function("job_get", ("text",))
 LIST_DISPATCHED = Function("job_list_dispatched", ())
@@ -26,10 +27,19 @@ LIST = Function("job_list", ("text", "bigint", "integer"))
 PURGE = Function("job_purge", ("bigint", "integer"))
 
 
-def schedule(run_id: str, dispatch_at: int) -> Call[None]:
+def _integer_count(param: str, value: object) -> None:
+    """An integer argument (limit, max_attempts): SQL's integer range, and below it 22023,
+    as SQL says for a value that is not positive."""
+    v.integer(param, value, maximum=v.INTEGER_MAX)
+    if isinstance(value, int) and value <= 0:
+        v.positive(param, value)
+
+
+def schedule(run_id: str, dispatch_at: int, max_attempts: int | None) -> Call[None]:
     v.text("run_id", run_id)
     v.integer("dispatch_at", dispatch_at)
-    return Call(SCHEDULE, (run_id, dispatch_at), _rows.nothing)
+    _integer_count("max_attempts", max_attempts)
+    return Call(SCHEDULE, (run_id, dispatch_at, max_attempts), _rows.nothing)
 
 
 def lease(holder: str, now: int | None, ttl_ms: int) -> Call[Job | None]:
@@ -62,13 +72,20 @@ def mark_dispatched(
 
 
 def release(
-    run_id: str, holder: str, retry_at: int, lease_sequence: int | None
+    run_id: str, holder: str, retry_at: int, lease_sequence: int | None, error: str | None
 ) -> Call[bool]:
     v.text("run_id", run_id)
     v.text("holder", holder)
     v.integer("retry_at", retry_at)
     v.integer("lease_sequence", lease_sequence)
-    return Call(RELEASE, (run_id, holder, retry_at, lease_sequence), _rows.boolean)
+    v.text("error", error)
+    return Call(RELEASE, (run_id, holder, retry_at, lease_sequence, error), _rows.boolean)
+
+
+def retry(run_id: str, dispatch_at: int | None) -> Call[RetryResult]:
+    v.text("run_id", run_id)
+    v.integer("dispatch_at", dispatch_at)
+    return Call(RETRY, (run_id, dispatch_at), _rows.retry_result)
 
 
 def cancel(run_id: str) -> Call[CancelResult]:
@@ -93,15 +110,16 @@ def remove(run_id: str) -> Call[None]:
 def list_jobs(filter: JobFilter, now: int | None, limit: int | None) -> Call[JobPage]:
     v.text("filter", filter)
     v.integer("now", now)
-    v.integer("limit", limit, maximum=v.INTEGER_MAX)
-    if isinstance(limit, int) and limit <= 0:
-        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+    _integer_count("limit", limit)
     return Call(LIST, (filter, now, limit), _rows.job_page)
+
+
+def list_failed(limit: int | None) -> Call[list[Job]]:
+    _integer_count("limit", limit)
+    return Call(LIST, ("failed", None, limit), _rows.jobs)
 
 
 def purge(before: int, limit: int) -> Call[int]:
     v.integer("before", before)
-    v.integer("limit", limit, maximum=v.INTEGER_MAX)
-    if isinstance(limit, int) and limit <= 0:
-        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+    _integer_count("limit", limit)
     return Call(PURGE, (before, limit), _rows.integer_value)

@@ -7,7 +7,7 @@ they keep their records (``remove`` deletes one job).
 
 from __future__ import annotations
 
-from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult
+from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import job_calls as calls
 from pgstore.postgres.store import AsyncStore, SyncStore
 
@@ -24,9 +24,11 @@ class PgJobStore(SyncStore):
     ``InvalidArgument`` and change nothing.
     """
 
-    def schedule(self, run_id: str, dispatch_at: int) -> None:
-        """Add the job, due at ``dispatch_at``; an existing job's ``dispatch_at`` only moves."""
-        return self._runner.run(calls.schedule(run_id, dispatch_at))
+    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+        """Add the job, due at ``dispatch_at``, with at most ``max_attempts`` leases (None:
+        the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it); an
+        existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given)."""
+        return self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         """Lease the earliest due, uncancelled, undispatched job with no live lease until
@@ -53,12 +55,27 @@ class PgJobStore(SyncStore):
         )
 
     def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
-        """Give the lease back undispatched and move the job to ``retry_at``; False:
-        ``holder`` no longer holds it (or, given ``lease_sequence``, not that lease),
-        or it was dispatched, or it is gone."""
-        return self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
+        """Give the lease back undispatched, keeping ``error`` (at most 4096 characters)
+        as ``last_error``, and move the job to ``retry_at``, or, when that lease was its
+        last (``attempts >= max_attempts``), fail it for good. False: ``holder`` no longer
+        holds it (or, given ``lease_sequence``, not that lease), or it was dispatched, or
+        it is gone."""
+        return self._runner.run(
+            calls.release(run_id, holder, retry_at, lease_sequence, error)
+        )
+
+    def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        """Put a failed job back to waiting, due at ``dispatch_at`` (None: the database
+        clock's now), attempts reset: ``RETRIED``, ``NOT_FAILED`` (nothing changed) or
+        ``MISSING``."""
+        return self._runner.run(calls.retry(run_id, dispatch_at))
+
+    def list_failed(self, limit: int | None = None) -> list[Job]:
+        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``."""
+        return self._runner.run(calls.list_failed(limit))
 
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
@@ -77,8 +94,8 @@ class PgJobStore(SyncStore):
         self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
     ) -> JobPage:
         """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
-        ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not) or
-        ``"dispatched"``; and how many match in all. The operator's view
+        ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not),
+        ``"dispatched"`` or ``"failed"``; and how many match in all. The operator's view
         (``pgstore jobs``)."""
         return self._runner.run(calls.list_jobs(filter, now, limit))
 
@@ -87,7 +104,7 @@ class PgJobStore(SyncStore):
         return self._runner.run(calls.remove(run_id))
 
     def purge(self, before: int, limit: int) -> int:
-        """Delete at most ``limit`` finished jobs (dispatched, or cancelled) whose
+        """Delete at most ``limit`` finished jobs (dispatched, cancelled or failed) whose
         ``finished_at`` is before ``before`` (epoch ms), oldest first; how many went.
         Never a waiting job nor one whose lease is live; rows that concurrent calls hold
         locked are skipped, so call it until it returns less than ``limit``. Needs EXECUTE
@@ -99,8 +116,10 @@ class AsyncPgJobStore(AsyncStore):
     """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
     contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
 
-    async def schedule(self, run_id: str, dispatch_at: int) -> None:
-        return await self._runner.run(calls.schedule(run_id, dispatch_at))
+    async def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
+        return await self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
 
     async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         return await self._runner.run(calls.lease(holder, now, ttl_ms))
@@ -120,9 +139,18 @@ class AsyncPgJobStore(AsyncStore):
         )
 
     async def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
-        return await self._runner.run(calls.release(run_id, holder, retry_at, lease_sequence))
+        return await self._runner.run(
+            calls.release(run_id, holder, retry_at, lease_sequence, error)
+        )
+
+    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        return await self._runner.run(calls.retry(run_id, dispatch_at))
+
+    async def list_failed(self, limit: int | None = None) -> list[Job]:
+        return await self._runner.run(calls.list_failed(limit))
 
     async def cancel(self, run_id: str) -> CancelResult:
         return await self._runner.run(calls.cancel(run_id))

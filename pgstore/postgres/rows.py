@@ -19,6 +19,7 @@ from pgstore.models import (
     Job,
     JobPage,
     MarkResult,
+    RetryResult,
     ScheduleRecord,
     StoreStats,
 )
@@ -118,6 +119,10 @@ def store_stats(rows: Sequence[Row], columns: Columns) -> StoreStats:
 
 def cancel_result(rows: Sequence[Row], columns: Columns) -> CancelResult:
     return CancelResult(rows[0][0])
+
+
+def retry_result(rows: Sequence[Row], columns: Columns) -> RetryResult:
+    return RetryResult(rows[0][0])
 
 
 def integer_value(rows: Sequence[Row], columns: Columns) -> int:

@@ -6,8 +6,11 @@ sends the bot and returns its worker id (or None). Then ``mark_dispatched``:
 when the answer is ``cancelled`` (a cancel arrived meanwhile) or not
 ``recorded`` (the lease was lost and another holder took the job), the user's
 ``recall(job, worker_id)`` is called so the bot leaves at once. When
-``dispatch`` raises, the job is released for a retry at a time given by
-``backoff``.
+``dispatch`` raises, the job is released, with the error's text, for a retry at
+a time given by ``backoff`` for the job's **stored** attempt count (the lease
+counted it: a restarted dispatcher continues from it, it does not start over).
+The release of a job's last attempt (``attempts >= max_attempts``) fails the job
+for good instead; ``retry`` (``pgstore retry RUN_ID``) revives it.
 
 The lease is renewed every third of ``ttl_ms`` (by the keeper the Scheduler
 uses too) from the lease until the mark has an answer: through ``dispatch``
@@ -56,7 +59,7 @@ from typing import Any, Literal
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument, NotPermitted
-from pgstore.models import Job, MarkResult
+from pgstore.models import ERROR_MAX_CHARS, Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
@@ -117,7 +120,8 @@ class Backoff:
             raise InvalidArgument("jitter must be in [0, 1)")
 
     def delay_ms(self, attempt: int) -> int:
-        """The delay before retry number ``attempt`` (1 for the first retry)."""
+        """The delay before retry number ``attempt`` (1 for the first retry: the
+        dispatcher passes the job's stored attempts, the failed lease included)."""
         exponent = max(attempt, 1) - 1
         raw = min(float(self.max_ms), self.base_ms * self.factor ** min(exponent, 64))
         spread = 1 + self.jitter * (2 * self.random() - 1)
@@ -193,7 +197,6 @@ class Dispatcher(Runtime):
         self._renew = jobs.renew
         self._mark = jobs.mark_dispatched
         self._release = jobs.release
-        self._attempts: dict[str, int] = {}
         self._listener: JobListener | None = None
         self._listen = listen
         self._listener_lost = False
@@ -335,10 +338,10 @@ class Dispatcher(Runtime):
                             self.holder, job.run_id)
                 ran("abandoned")
                 raise
-            except Exception:
+            except Exception as exc:
                 ran("error")
                 keeper.cancel()
-                await self._retry_later(job)
+                await self._retry_later(job, exc)
                 return "released"
             ran("ok")
             worker_id = None if result is None else str(result)
@@ -351,7 +354,6 @@ class Dispatcher(Runtime):
             why = f"not recorded within mark_timeout ({self.mark_timeout:g}s)"
             reason = "unrecorded"
         else:
-            self._attempts.pop(job.run_id, None)
             if mark.recorded and not mark.cancelled:
                 self._completed(job, "completed", attempts, worker_id)
                 log.info("%s: dispatched %s to %s", self.holder, job.run_id, worker_id)
@@ -412,32 +414,41 @@ class Dispatcher(Runtime):
                     return None, attempt
                 await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
 
-    async def _retry_later(self, job: Job) -> None:
-        attempt = self._attempts.get(job.run_id, 0) + 1
-        self._attempts[job.run_id] = attempt
-        log.exception("%s: dispatch of %s failed (attempt %d)", self.holder, job.run_id,
-                      attempt)
+    async def _retry_later(self, job: Job, exc: Exception) -> None:
+        """Release ``job`` with ``exc``'s text after its dispatch raised: for a retry at the
+        backoff of its stored attempts (what the lease counted, this one included), or,
+        when this lease was its last, to fail it for good."""
+        attempt = max(job.attempts, 1)
+        log.exception("%s: dispatch of %s failed (attempt %d of %d)", self.holder,
+                      job.run_id, attempt, job.max_attempts)
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
         retry_at: int | None = None
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
-            released = await self._release(job.run_id, self.holder, retry_at, *_fence(job))
+            released = await self._release(
+                job.run_id, self.holder, retry_at, _sequence(job), error
+            )
         except Exception:
             log.exception("%s: release of %s failed; its lease will expire", self.holder,
                           job.run_id)
             self._released(job, attempt, None, "error")
             return
-        if released:
-            log.info("%s: released %s for a retry at %s", self.holder, job.run_id, retry_at)
-            self._released(job, attempt, retry_at, "released")
-        else:
+        if not released:
             log.warning("%s: release of %s refused: no longer held", self.holder, job.run_id)
             self._released(job, attempt, retry_at, "refused")
             self.emit(Refused(runtime="dispatcher", owner=self.holder, operation="release",
                               subject=job.run_id, token=job.lease_sequence))
+        elif job.last_attempt:
+            log.error("%s: %s failed for good after %d attempt(s): %s", self.holder,
+                      job.run_id, attempt, error)
+            self._released(job, attempt, None, "failed")
+        else:
+            log.info("%s: released %s for a retry at %s", self.holder, job.run_id, retry_at)
+            self._released(job, attempt, retry_at, "released")
 
     def _released(
         self, job: Job, attempt: int, retry_at: int | None,
-        outcome: Literal["released", "refused", "error"],
+        outcome: Literal["released", "failed", "refused", "error"],
     ) -> None:
         self.emit(Release(runtime="dispatcher", owner=self.holder, subject=job.run_id,
                           token=job.lease_sequence, attempt=attempt, retry_at=retry_at,
@@ -482,6 +493,11 @@ def _purge_after_ms(value: object) -> int | None:
             raise InvalidArgument("purge_after must be a positive age")
         value = value // timedelta(milliseconds=1)
     return v.positive("purge_after", value)
+
+
+def _sequence(job: Job) -> int | None:
+    """``_fence`` as one argument: the job's lease sequence, or None (no fence)."""
+    return job.lease_sequence or None
 
 
 def _fence(job: Job) -> tuple[int, ...]:

@@ -193,13 +193,15 @@ class Recall(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Release(Event):
     """The dispatcher released ``subject`` after failed attempt ``attempt`` of its
-    dispatch, for a retry at ``retry_at`` (None when the release raised)."""
+    dispatch: for a retry at ``retry_at`` (``released``), or for good, its last attempt
+    spent (``failed``, ``retry_at`` None); ``refused`` when no longer held, ``error``
+    when the release raised (``retry_at`` None)."""
 
     subject: str
     token: int
     attempt: int
     retry_at: int | None
-    outcome: Literal["released", "refused", "error"]
+    outcome: Literal["released", "failed", "refused", "error"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -94,7 +94,7 @@ class RuntimeMetrics:
             "(ok, error, none).", ("reason", "outcome"))
         self.releases = counter(
             "releases", "Jobs released for a retry after a failed dispatch, by outcome "
-            "(released, refused, error).", ("outcome",))
+            "(released, failed: its last attempt spent, refused, error).", ("outcome",))
         self.connection_losses = counter(
             "connection_losses", "Connections lost: listener (the LISTEN connection), store "
             "(unreachable at start).", ("runtime", "component"))
@@ -138,7 +138,7 @@ class RuntimeMetrics:
         self.completes.labels(runtime, "cancelled")
         self.connection_losses.labels(runtime, "listener")
         self.reconnects.labels(runtime, "listener")
-        for outcome in ("released", "refused", "error"):
+        for outcome in ("released", "failed", "refused", "error"):
             self.releases.labels(outcome)
         for outcome in ("ok", "error"):
             self.purges.labels(outcome)
@@ -234,17 +234,18 @@ class StoreStatsCollector(Collector):
         recalled = GaugeMetricFamily(p + "jobs_recalled",
                                      "Dispatched jobs cancelled meanwhile (bots recalled).")
         failed = GaugeMetricFamily(p + "jobs_failed",
-                                   "Jobs that failed for good (where the schema records it).")
+                                   "Jobs that failed for good: their last attempt spent "
+                                   "(pgstore retry revives one).")
         job_age = GaugeMetricFamily(
             p + "oldest_due_job_age_seconds",
             "Seconds the oldest due job has waited past its dispatch_at (0: none due).")
         schedule_age = GaugeMetricFamily(
             p + "oldest_due_schedule_age_seconds",
             "Seconds the longest-claimable schedule has been due (0: none due).")
-        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, job_age,
-                                  schedule_age]
+        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, failed,
+                                  job_age, schedule_age]
         if not samples:
-            return [*families, failed]
+            return families
         up.add_metric([], 0 if stats is None else 1)
         took.add_metric([], seconds)
         if stats is None:
@@ -262,10 +263,7 @@ class StoreStatsCollector(Collector):
         recalled.add_metric([], stats.jobs_recalled)
         job_age.add_metric([], _age(stats.now, stats.oldest_due_job_at))
         schedule_age.add_metric([], _age(stats.now, stats.oldest_due_schedule_since))
-        jobs_failed = getattr(stats, "jobs_failed", None)  # a schema revision adds it
-        if isinstance(jobs_failed, int):
-            failed.add_metric([], jobs_failed)
-            families.append(failed)
+        failed.add_metric([], stats.jobs_failed)
         return families
 
 

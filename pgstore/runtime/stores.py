@@ -19,6 +19,7 @@ from pgstore.models import (
     CompletePatch,
     Job,
     MarkResult,
+    RetryResult,
     ScheduleKind,
     ScheduleRecord,
 )
@@ -112,8 +113,10 @@ class ThreadedJobStore:
     async def now_ms(self) -> int:
         return await asyncio.to_thread(self.store.now_ms)
 
-    async def schedule(self, run_id: str, dispatch_at: int) -> None:
-        await asyncio.to_thread(self.store.schedule, run_id, dispatch_at)
+    async def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
+        await asyncio.to_thread(self.store.schedule, run_id, dispatch_at, max_attempts)
 
     async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         return await asyncio.to_thread(self.store.lease, holder, now, ttl_ms)
@@ -135,11 +138,18 @@ class ThreadedJobStore:
         )
 
     async def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
     ) -> bool:
         return await asyncio.to_thread(
-            self.store.release, run_id, holder, retry_at, lease_sequence
+            self.store.release, run_id, holder, retry_at, lease_sequence, error
         )
+
+    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        return await asyncio.to_thread(self.store.retry, run_id, dispatch_at)
+
+    async def list_failed(self, limit: int | None = None) -> list[Job]:
+        return await asyncio.to_thread(self.store.list_failed, limit)
 
     async def cancel(self, run_id: str) -> CancelResult:
         return await asyncio.to_thread(self.store.cancel, run_id)

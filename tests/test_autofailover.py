@@ -1,0 +1,185 @@
+"""The runtimes under a real HA manager: pg_auto_failover fails over twice.
+
+A monitor and two nodes under ``pg_autoctl`` (``tests/autofailover.py``), with
+pg_auto_failover's own replication settings: with two nodes the primary names the
+secondary in ``synchronous_standby_names`` and commits with ``synchronous_commit =
+on``. A Scheduler and a Dispatcher (``tests/test_failover_runtime.py``'s, two
+interval tasks and a producer scheduling a due job every 100 ms) run on stores
+built from the URI ``pg_autoctl show uri --formation default`` prints, and are told
+nothing while the formation fails over twice:
+
+1. ``pg_autoctl perform failover``: the monitor drains and demotes the primary,
+   promotes the secondary, and the old primary rejoins as its secondary;
+2. the new primary is killed (SIGKILL to its ``pg_autoctl`` and every process under
+   it, postgres included) and the monitor promotes the other node.
+
+What the trial asserts, from the ledger of the handlers and the last primary:
+
+* after each failover the runtimes resumed on the new primary (both tasks ran and
+  were completed there, every job scheduled after it was dispatched, the
+  listener LISTENs there);
+* no (task, fencing token) ran twice; every token a run got after a failover is
+  above every token any run got before that failover began, for each task;
+* nothing acknowledged was lost and no job was dispatched twice (the replication
+  is synchronous whenever there were two nodes to fail over between).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgstore.testing import install_schema
+from pgstore.testing_ha import wait_for
+from tests.autofailover import Formation, autoctl_binaries, formation
+from tests.test_failover_runtime import (
+    RESUME_SECONDS,
+    SCHEMA,
+    TASKS,
+    Ledger,
+    Producer,
+    Runtimes,
+    _listeners,
+    _rows,
+    resumed,
+)
+
+pytestmark = pytest.mark.xdist_group("ha")
+
+#: Seconds of load on a primary before it is failed over.
+WARM_SECONDS = 1.0
+#: Phases of the ledger: on a primary (``p0``, ``p1``, ``p2``), failing over (``f1``, ``f2``).
+PHASES = ("p0", "f1", "p1", "f2", "p2")
+
+
+@dataclass
+class Outcome:
+    runs: dict[str, int]
+    dispatches: dict[str, int]
+    timelines: list[int]
+    tokens_ran_twice: int
+    tokens_not_above: int
+    duplicate_dispatches: int
+    jobs_lost: int
+    producer_errors: int
+    failover_seconds: list[float]
+    resume_seconds: list[float]
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in vars(self).items())
+
+
+def _writable(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(b"SELECT NOT pg_is_in_recovery()").fetchone()
+    return bool(row and row[0])
+
+
+def _timeline(dsn: str) -> int:
+    rows = _rows(dsn, "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))"
+                      "::bit(32)::int")
+    return int(rows[0][0])
+
+
+def run_trial(af: Formation) -> Outcome:
+    first = af.primary()
+    install_schema(af.node_dsn(first), SCHEMA)
+    # pg_autoctl's URI names every node and asks for the writable one; we add whom to
+    # connect as and a short connect timeout (a dead node must not hold a reconnect).
+    dsn = f"{af.uri()}&user={af.superuser}&connect_timeout=3"
+    ledger = Ledger(phase="p0")
+    state: dict[str, Any] = {}
+    failover_seconds: list[float] = []
+    resume_seconds: list[float] = []
+    timelines = [_timeline(af.node_dsn(first))]
+    runtimes = Runtimes(dsn, ledger)
+    producer = Producer(dsn, ledger)
+    runtimes.start()
+    producer.start()
+
+    def resume(phase: str, node_dsn: str, began: float) -> None:
+        ledger.phase = phase
+        timelines.append(_timeline(node_dsn))
+        wait_for(lambda: resumed(ledger, node_dsn, phase, state),
+                 f"the runtimes to resume on the new primary ({phase})", RESUME_SECONDS)
+        resume_seconds.append(round(time.monotonic() - began, 2))
+
+    try:
+        wait_for(lambda: all(ledger.tokens("p0").get(t) for t in TASKS)
+                 and bool(ledger.dispatches), "the runtimes to run on the first primary")
+        wait_for(lambda: _listeners(af.node_dsn(first)) == 1, "the listener on the first primary")
+        time.sleep(WARM_SECONDS)
+
+        # 1. pg_autoctl perform failover: returns once the old primary is a secondary.
+        ledger.phase = "f1"
+        began = time.monotonic()
+        af.perform_failover()
+        second = af.primary()
+        assert second is not first, f"perform failover kept {first.name}: {af.state()}"
+        failover_seconds.append(round(time.monotonic() - began, 2))
+        resume("p1", af.node_dsn(second), began)
+        af.wait_healthy()  # synchronous again: the old primary is the secondary
+        time.sleep(WARM_SECONDS)
+
+        # 2. The primary's pg_autoctl and postgres killed; the monitor promotes the other.
+        ledger.phase = "f2"
+        began = time.monotonic()
+        af.kill(second)
+        survivor = af.nodes["node_a" if second.name == "node_b" else "node_b"]
+        wait_for(lambda: _writable(af.node_dsn(survivor)), f"{survivor.name} to be promoted")
+        failover_seconds.append(round(time.monotonic() - began, 2))
+        resume("p2", af.node_dsn(survivor), began)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; at the end: {state}; monitor: {af.state()}") from None
+    finally:
+        producer.finish()
+        runtimes.finish()
+
+    last = af.node_dsn(survivor)
+    runs = Counter((task, token) for _, task, token in ledger.runs)
+    not_above = 0
+    for failing, after in (("f1", "p1"), ("f2", "p2")):
+        earlier = PHASES[: PHASES.index(failing)]  # all recorded before the failover began
+        before = {t: [k for p in earlier for k in ledger.tokens(p).get(t, [])] for t in TASKS}
+        not_above += sum(1 for task, tokens in ledger.tokens(after).items() for k in tokens
+                         if before[task] and k <= max(before[task]))
+    dispatched = Counter(run_id for _, run_id, _ in ledger.dispatches)
+    survived = {r for (r,) in _rows(last, f"SELECT run_id FROM {SCHEMA}.jobs")}
+    outcome = Outcome(
+        runs={p: sum(1 for r in ledger.runs if r[0] == p) for p in PHASES},
+        dispatches={p: sum(1 for d in ledger.dispatches if d[0] == p) for p in PHASES},
+        timelines=timelines,
+        tokens_ran_twice=sum(n - 1 for n in runs.values() if n > 1),
+        tokens_not_above=not_above,
+        duplicate_dispatches=sum(1 for n in dispatched.values() if n > 1),
+        jobs_lost=sum(1 for _, run_id in ledger.scheduled if run_id not in survived),
+        producer_errors=sum(ledger.producer_errors.values()),
+        failover_seconds=failover_seconds,
+        resume_seconds=resume_seconds,
+    )
+    print(f"\npg_auto_failover trial: {outcome.line()}")
+    return outcome
+
+
+@pytest.fixture
+def af() -> Iterator[Formation]:
+    if autoctl_binaries() is None:
+        pytest.skip("pg_auto_failover is not installed (pg_autoctl and postgresql-NN-auto-failover)")
+    with formation() as built:
+        yield built
+
+
+def test_runtimes_survive_two_pg_auto_failover_failovers(af: Formation) -> None:
+    outcome = run_trial(af)
+    assert outcome.runs["p0"] > 0 and outcome.dispatches["p0"] > 0, outcome.line()
+    assert outcome.timelines == [1, 2, 3], outcome.line()
+    assert outcome.tokens_ran_twice == 0, f"a (task, token) ran twice: {outcome.line()}"
+    assert outcome.tokens_not_above == 0, f"a token went backwards: {outcome.line()}"
+    assert outcome.jobs_lost == 0, f"an acknowledged job was lost: {outcome.line()}"
+    assert outcome.duplicate_dispatches == 0, f"a job was dispatched twice: {outcome.line()}"
