@@ -96,9 +96,9 @@ class Table:
         job_lease's statement, rolled back. The machine's load does not move it."""
         self.conn.execute(b"BEGIN")
         try:
+            statement = lease_statement(self.conn, self.s, NOW)
             row = self.conn.execute(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {lease_statement(self.s, NOW)}"
-                .encode()).fetchone()
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}".encode()).fetchone()
         finally:
             self.conn.execute(b"ROLLBACK")
         assert row is not None
