@@ -323,6 +323,13 @@ def test_two_registries_are_independent() -> None:
     assert b is not a
     with pytest.raises(ValueError, match="Duplicated"):
         RuntimeMetrics(first)  # one per registry
+    a.unregister()
+    again = RuntimeMetrics(first)  # the names are free again
+    assert first.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) is None
+    again(ev.Claim(runtime="dispatcher", owner="d", outcome="empty"))
+    assert first.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 1
 
 
 # --- pgstore run --metrics-port ------------------------------------------------------

@@ -71,6 +71,8 @@ class RuntimeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY,
                  *, namespace: str = "pgstore") -> None:
+        self._registry = registry
+
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
             return Counter(name, doc, labels, namespace=namespace, registry=registry)
 
@@ -142,6 +144,17 @@ class RuntimeMetrics:
             self.releases.labels(outcome)
         for outcome in ("ok", "error"):
             self.purges.labels(outcome)
+
+    def unregister(self) -> None:
+        """Take every series of this instance out of its registry (a later
+        ``RuntimeMetrics`` may register the names again)."""
+        if self._registry is None:
+            return
+        for metric in (self.claims, self.renews, self.completes, self.refusals,
+                       self.leases_lost, self.recalls, self.releases, self.connection_losses,
+                       self.reconnects, self.purges, self.purged, self.lateness, self.handler):
+            self._registry.unregister(metric)
+        self._registry = None
 
     def observe(self, runtime: Runtime) -> Callable[[], None]:
         """Count ``runtime``'s events from now on (its kind's series start at 0); returns
