@@ -18,6 +18,7 @@ from pgstore.memory.schedules import MemoryScheduleStore
 from pgstore.models import (
     DEFAULT_MAX_ATTEMPTS,
     CancelResult,
+    CatchUp,
     ClaimResult,
     CompletePatch,
     Job,
@@ -49,6 +50,7 @@ __all__ = [
     "AsyncScheduleStore",
     "Backoff",
     "CancelResult",
+    "CatchUp",
     "ClaimResult",
     "CompletePatch",
     "Dispatcher",

@@ -7,11 +7,13 @@ from enum import Enum
 from typing import Literal
 
 __all__ = [
+    "CATCH_UPS",
     "DEFAULT_MAX_ATTEMPTS",
     "ERROR_MAX_CHARS",
     "LAST_STATUSES",
     "SCHEDULE_KINDS",
     "CancelResult",
+    "CatchUp",
     "ClaimResult",
     "CompletePatch",
     "Job",
@@ -24,10 +26,13 @@ __all__ = [
 ]
 
 ScheduleKind = Literal["cron", "interval", "once"]
-LastStatus = Literal["ok", "error"]
+LastStatus = Literal["ok", "error", "skipped"]
+#: What a scheduler does with the occurrences missed while none ran (docs/catch-up.md).
+CatchUp = Literal["skip", "once", "all"]
 
 SCHEDULE_KINDS: tuple[ScheduleKind, ...] = ("cron", "interval", "once")
-LAST_STATUSES: tuple[LastStatus, ...] = ("ok", "error")
+LAST_STATUSES: tuple[LastStatus, ...] = ("ok", "error", "skipped")
+CATCH_UPS: tuple[CatchUp, ...] = ("skip", "once", "all")
 
 #: How many leases a job scheduled without ``max_attempts`` may have: the store default
 #: (``store_settings.default_max_attempts`` in PostgreSQL, which the owner may change).
@@ -49,6 +54,9 @@ class ScheduleRecord:
     backwards for an id, even across delete and a new register.
     ``consecutive_failures`` counts the completions in a row whose ``last_status``
     was ``"error"`` (reset to 0 by an ``"ok"`` one).
+    ``last_status`` ``skipped`` means the last occurrence was missed and not run
+    (``catch_up`` ``skip``). ``catch_up`` is the schedule's policy for missed
+    occurrences: the store keeps it, the scheduler applies it (docs/catch-up.md).
     """
 
     id: str
@@ -62,6 +70,7 @@ class ScheduleRecord:
     lease_until: int | None
     updated_at: int
     consecutive_failures: int = 0
+    catch_up: CatchUp = "once"
 
 
 @dataclass(frozen=True, slots=True)

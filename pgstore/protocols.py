@@ -18,6 +18,7 @@ from typing import Protocol
 
 from pgstore.models import (
     CancelResult,
+    CatchUp,
     ClaimResult,
     CompletePatch,
     Job,
@@ -49,9 +50,11 @@ class ScheduleStore(Protocol):
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
-        """Insert if absent (token: the id's high-water mark, or 0); same kind and spec:
-        untouched; else overwrite kind, spec and next_run_at, keeping token, lease, last_*."""
+        """Insert if absent (token: the id's high-water mark, or 0); same kind, spec and
+        ``catch_up``: untouched; another kind or spec: overwrite kind, spec, next_run_at and
+        catch_up, keeping token, lease, last_*; only another ``catch_up``: just that changes."""
 
     def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
@@ -99,6 +102,7 @@ class AsyncScheduleStore(Protocol):
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord: ...
 
     async def claim_due(

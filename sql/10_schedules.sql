@@ -13,12 +13,13 @@ CREATE TABLE schedules (
     spec          text   NOT NULL,
     next_run_at   bigint,
     last_run_at   bigint,
-    last_status   text   CHECK (last_status IN ('ok', 'error')),
+    last_status   text   CHECK (last_status IN ('ok', 'error', 'skipped')),
     fencing_token bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
     lease_owner   text,
     lease_until   bigint,
     updated_at    bigint NOT NULL,
-    consecutive_failures integer NOT NULL DEFAULT 0 CHECK (consecutive_failures >= 0)
+    consecutive_failures integer NOT NULL DEFAULT 0 CHECK (consecutive_failures >= 0),
+    catch_up      text   NOT NULL DEFAULT 'once' CHECK (catch_up IN ('skip', 'once', 'all'))
 ) WITH (fillfactor = 70);
 
 COMMENT ON TABLE schedules IS
@@ -31,6 +32,13 @@ COMMENT ON COLUMN schedules.next_run_at IS
 COMMENT ON COLUMN schedules.consecutive_failures IS
 'How many completions in a row said last_status = ''error'': schedule_complete adds one '
 'for an error and resets it to 0 for ''ok''. Kept by a re-register, 0 for a new id.';
+COMMENT ON COLUMN schedules.last_status IS
+'Outcome of the last occurrence: ok, error (the handler raised) or skipped (not run: '
+'missed under catch_up = skip).';
+COMMENT ON COLUMN schedules.catch_up IS
+'What the scheduler does with occurrences missed while none ran: skip (none is run), '
+'once (one run, then the future) or all (each, in order, up to the scheduler''s cap). '
+'Kept by the store; applied by whoever computes next_run_at.';
 COMMENT ON COLUMN schedules.fencing_token IS
 'Bumped by every successful claim; never goes backwards for an id, even across delete and register.';
 

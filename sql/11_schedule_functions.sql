@@ -24,7 +24,8 @@ COMMENT ON FUNCTION schedule_get(text) IS
 'The record of p_id: zero or one row.';
 
 CREATE FUNCTION schedule_register(
-    p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL
+    p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL,
+    p_catch_up text DEFAULT 'once'
 ) RETURNS schedules
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -39,24 +40,32 @@ BEGIN
     PERFORM check_one_of('kind', p_kind, ARRAY['cron', 'interval', 'once']);
     PERFORM check_present('spec', p_spec);
     PERFORM check_length('spec', p_spec);
+    PERFORM check_one_of('catch_up', p_catch_up, ARRAY['skip', 'once', 'all']);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
     -- incompressible multibyte characters). That is bad input, not a crash.
     BEGIN
-        INSERT INTO schedules AS s (id, kind, spec, next_run_at, fencing_token, updated_at)
+        INSERT INTO schedules AS s
+               (id, kind, spec, next_run_at, fencing_token, updated_at, catch_up)
         VALUES (p_id, p_kind, p_spec, p_next_run_at,
                 greatest(coalesce((SELECT f.fencing_token FROM schedule_fences f
                                     WHERE f.id = p_id), 0),
                          token_floor()),
-                v_now)
+                v_now, p_catch_up)
         ON CONFLICT (id) DO UPDATE
             SET kind = excluded.kind,
                 spec = excluded.spec,
-                next_run_at = excluded.next_run_at,
+                -- A new policy alone keeps the occurrence: the grid is the same.
+                next_run_at = CASE WHEN (s.kind, s.spec)
+                                        IS DISTINCT FROM (excluded.kind, excluded.spec)
+                                   THEN excluded.next_run_at
+                                   ELSE s.next_run_at END,
+                catch_up = excluded.catch_up,
                 updated_at = excluded.updated_at
-            WHERE (s.kind, s.spec) IS DISTINCT FROM (excluded.kind, excluded.spec);
+            WHERE (s.kind, s.spec, s.catch_up)
+                  IS DISTINCT FROM (excluded.kind, excluded.spec, excluded.catch_up);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
@@ -90,14 +99,17 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint) IS
+COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint, text) IS
 'Absent: insert with fencing_token = the id''s high-water mark (or 0, and at '
-'least token_floor()) and '
-'updated_at = now. Present with the same kind and spec: untouched (a restart '
-'keeps its next_run_at). Present with another kind or spec: overwrite kind, '
-'spec and next_run_at, updated_at = now; token, lease and last_* kept. '
-'Returns the stored row. p_next_run_at may be NULL (a tombstone). p_spec: at '
-'most 1024 characters.';
+'least token_floor()), catch_up = p_catch_up and '
+'updated_at = now. Present with the same kind, spec and catch_up: untouched (a '
+'restart keeps its next_run_at). Present with another kind or spec: overwrite kind, '
+'spec, next_run_at and catch_up, updated_at = now; token, lease and last_* kept. '
+'Present with the same kind and spec but another catch_up: only catch_up and '
+'updated_at change. Returns the stored row. p_next_run_at may be NULL (a '
+'tombstone). p_spec: at most 1024 characters. p_catch_up: skip, once (the '
+'default) or all; the store keeps it, the caller that computes next_run_at '
+'applies it.';
 
 CREATE FUNCTION schedule_claim_due(
     p_id text, p_owner text, p_now bigint, p_lease_ms bigint
@@ -186,15 +198,18 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('last_run_at', p_last_run_at);
-    PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error']);
+    PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error', 'skipped']);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     UPDATE schedules s
        SET next_run_at = p_next_run_at,
            last_run_at = p_last_run_at,
            last_status = p_last_status,
-           consecutive_failures = CASE WHEN p_last_status = 'ok' THEN 0
-                                       ELSE least(s.consecutive_failures, 2147483646) + 1 END,
+           consecutive_failures = CASE p_last_status
+                                      WHEN 'ok' THEN 0
+                                      WHEN 'error'
+                                      THEN least(s.consecutive_failures, 2147483646) + 1
+                                      ELSE s.consecutive_failures END,
            lease_owner = NULL,
            lease_until = NULL,
            updated_at = v_now
@@ -208,8 +223,10 @@ $$;
 
 COMMENT ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) IS
 'Commits an occurrence only if p_fencing_token matches and the claim is still '
-'held: writes next_run_at (NULL = tombstone), last_run_at and last_status, '
-'adds one to consecutive_failures for ''error'' (reset to 0 for ''ok''), '
+'held: writes next_run_at (NULL = tombstone), last_run_at and last_status (ok, '
+'error, or skipped: the occurrence was not run), '
+'adds one to consecutive_failures for ''error'' (reset to 0 for ''ok'', kept for '
+'''skipped''), '
 'clears the lease, updated_at = now. False when stale (claimed again since), '
 'already completed, re-registered or deleted; then nothing changes.';
 

@@ -15,7 +15,7 @@
 REVOKE ALL ON FUNCTION schema_revision() FROM PUBLIC;
 REVOKE ALL ON FUNCTION now_ms() FROM PUBLIC;
 REVOKE ALL ON FUNCTION schedule_get(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION schedule_register(text, text, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION schedule_register(text, text, text, bigint, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION schedule_claim_due(text, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION schedule_renew(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) FROM PUBLIC;

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 from pgstore import (
     CancelResult,
+    CatchUp,
     ClaimResult,
     CompletePatch,
     Job,
@@ -81,8 +82,9 @@ class LoopScheduleStore(_OnLoop):
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
-        return self._run(self.store.register(id, kind, spec, next_run_at, now))
+        return self._run(self.store.register(id, kind, spec, next_run_at, now, catch_up))
 
     def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int

@@ -36,7 +36,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0010"
+HEAD = "pgstore_0011"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
@@ -163,12 +163,18 @@ def test_migrate_current_schedules_downgrade(
         assert store.claim_due("a-held", "worker-1", None, 600_000) is not None
         store.register("b-expired", "once", "0", now - 1_000)
         assert store.claim_due("b-expired", "worker-2", now - 500, 1) is not None
-        store.register("c-free", "cron", "*/5 * * * *", 1_700_000_000_000)
+        store.register("c-free", "cron", "*/5 * * * *", 1_700_000_000_000, None, "all")
         store.register("d-done", "interval", "1000", 0)
         claim = store.claim_due("d-done", "worker-3", None, 60_000)
         assert claim is not None
         patch = CompletePatch(next_run_at=None, last_run_at=1_600_000_000_000, last_status="ok")
         assert store.complete("d-done", claim.fencing_token, patch)
+        store.register("e-failing", "interval", "1000", 0)
+        for _ in range(2):
+            claim = store.claim_due("e-failing", "worker-4", None, 60_000)
+            assert claim is not None
+            patch = CompletePatch(next_run_at=0, last_run_at=1_600_000_000_000, last_status="error")
+            assert store.complete("e-failing", claim.fencing_token, patch)
 
     status, out, err = cli("schedules", *where)
     assert (status, err) == (0, "")
@@ -182,23 +188,27 @@ def test_migrate_current_schedules_downgrade(
         "next_run_at",
         "last_run_at",
         "last_status",
+        "failures",
+        "catch_up",
         "fencing_token",
         "lease",
     ]
     assert set(lines[2]) <= {"-", " "}
     rows = {line.split()[0]: line for line in lines[3:]}
-    assert list(rows) == ["a-held", "b-expired", "c-free", "d-done"]  # ordered by id
+    assert list(rows) == ["a-held", "b-expired", "c-free", "d-done", "e-failing"]  # by id
 
-    assert re.search(rf"interval +60000 +\d+ \({ISO}\) +- +- +1 +", rows["a-held"])
+    assert re.search(rf"interval +60000 +\d+ \({ISO}\) +- +- +0 +once +1 +", rows["a-held"])
     assert re.search(rf"held by worker-1 until {ISO} \(in (599|600)s\)$", rows["a-held"])
     assert rows["b-expired"].endswith("expired (worker-2)")
     assert "1700000000000 (2023-11-14T22:13:20.000Z)" in rows["c-free"]
     assert "*/5 * * * *" in rows["c-free"]
+    assert re.search(r" - +- +0 +all +0 +free$", rows["c-free"])
     assert rows["c-free"].endswith("free")
     assert re.search(
-        r"d-done +interval +1000 +- +1600000000000 \(2020-09-13T12:26:40\.000Z\) +ok +1 +free$",
+        r"d-done +interval +1000 +- +1600000000000 \(2020-09-13T12:26:40\.000Z\) +ok +0 +once +1 +free$",
         rows["d-done"],
     )
+    assert re.search(r" +error +2 +once +2 +free$", rows["e-failing"])  # 2 failures in a row, token 2
 
     status, out, err = cli("downgrade", *where, "--yes")
     assert (status, err) == (0, "")
@@ -300,7 +310,10 @@ def test_console_script_and_python_m(
 
 # --- pgstore jobs -----------------------------------------------------------
 
-JOB_HEADER = ["run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id"]
+JOB_HEADER = [
+    "run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "failed", "attempts",
+    "worker_id", "last_error",
+]
 
 
 def _job(**changes: Any) -> Job:
@@ -376,7 +389,10 @@ def test_job_cells_against_the_given_clock() -> None:
         "-",
         "yes",
         "no",
+        "no",
+        "0/25",
         "w9",
+        "-",
     ]
 
 
@@ -504,6 +520,52 @@ def test_jobs_lists_filters_and_limits(cli: Run, pgstore_fresh_database: Callabl
     assert list(_job_rows(env_out)) == ["cancelled", "future"]
 
 
+def test_jobs_failed_lists_failed_jobs_and_retry_takes_one_back(
+    cli: Run, pgstore_fresh_database: Callable[[], str]
+) -> None:
+    dsn = pgstore_fresh_database()
+    where = ["--dsn", dsn, "--schema", "cli_f"]
+    assert cli("migrate", *where)[0] == 0
+    assert cli("jobs", *where, "--failed")[1].splitlines()[1:] == ["no failed jobs"]
+    with PgJobStore(dsn, schema="cli_f") as store:
+        now = store.now_ms()
+        for run_id, attempts in (("doomed", 2), ("flaky", 5)):
+            store.schedule(run_id, now - 1_000, attempts)
+            for n in range(2):
+                lease = store.lease("h", None, 60_000)
+                assert lease is not None and lease.run_id == run_id
+                assert store.release(run_id, "h", now - 1_000, lease.lease_sequence,
+                                     f"provider 503 (try {n + 1})")
+        store.schedule("waiting", now + 60_000)
+
+    status, out, err = cli("jobs", *where, "--failed")
+    assert (status, err) == (0, "")
+    rows = _job_rows(out)
+    assert list(rows) == ["doomed"]
+    assert (rows["doomed"]["failed"], rows["doomed"]["attempts"]) == ("yes", "2/2")
+    assert rows["doomed"]["last_error"] == "provider 503 (try 2)"
+    assert re.fullmatch(r"1s ago|2s ago", rows["doomed"]["due"])  # failed: not "overdue"
+    assert _job_rows(cli("jobs", *where)[1])["flaky"]["attempts"] == "2/5"
+    assert "  failed      1  out of attempts" in cli("status", *where)[1]
+
+    status, out, err = cli("retry", *where, "doomed", "--at", str(now + 5_000))
+    assert (status, err) == (0, ""), err
+    assert out.splitlines()[0] == "schema 'cli_f': job 'doomed' waits again, attempts reset"
+    shown = _job_rows("schema 'cli_f', database clock 0 (1970-01-01T00:00:00.000Z)\n"
+                      + "\n".join(out.splitlines()[1:]))
+    assert (shown["doomed"]["failed"], shown["doomed"]["attempts"]) == ("no", "0/2")
+    assert shown["doomed"]["dispatch_at"] == format_instant(now + 5_000)
+    assert cli("jobs", *where, "--failed")[1].splitlines()[1:] == ["no failed jobs"]
+    line = _assert_one_error_line(*cli("retry", *where, "doomed"))
+    assert line == "pgstore: error: job 'doomed' is not failed (it is waiting): nothing changed"
+    line = _assert_one_error_line(*cli("retry", *where, "nope"))
+    assert line == "pgstore: error: no job 'nope' in schema 'cli_f'"
+    assert cli("retry", *where, "doomed", "--at", "-1")[0] == 2  # a usage error
+    with PgJobStore(dsn, schema="cli_f") as store:
+        job = store.get("doomed")
+        assert job is not None and (job.attempts, job.state) == (0, "waiting")
+
+
 def test_jobs_on_a_missing_or_old_schema_says_what_to_run(
     cli: Run, pgstore_fresh_database: Callable[[], str]
 ) -> None:
@@ -530,27 +592,28 @@ def test_jobs_connection_failures_are_one_line(cli: Run) -> None:
 # --- pgstore status -----------------------------------------------------------
 
 STATUS_COLUMNS = ["id", "next run", "last run", "token", "lease", "unclaimed for"]
-JOB_STATES = ["pending", "due", "leased", "dispatched", "cancelled"]
+JOB_STATES = ["pending", "due", "leased", "dispatched", "cancelled", "failed"]
 
 EXPECTED_STATUS = """\
 schema 'ops', database clock 1700000000000 (2023-11-14T22:13:20.000Z)
 
-schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done)
-id         next run                                  last run         token  lease                                                     unclaimed for
----------  ----------------------------------------  ---------------  -----  --------------------------------------------------------  -------------
-a-due      overdue 3m10s (2023-11-14T22:10:10.000Z)  -                0      -                                                         3m10s
-b-leased   due 5s ago (2023-11-14T22:13:15.000Z)     -                1      live: host-b until 2023-11-14T22:23:15.000Z (in 9m55s)    -
-c-ok       in 42s (2023-11-14T22:14:02.000Z)         ok 10s ago       1      -                                                         -
-d-error    in 1h00m (2023-11-14T23:13:20.000Z)       error 2m10s ago  2      -                                                         -
-e-done     none (one-shot ran)                       ok 2h00m ago     1      -                                                         -
-f-expired  overdue 1m00s (2023-11-14T22:12:20.000Z)  -                3      expired: host-f until 2023-11-14T22:13:05.000Z (15s ago)  15s
+schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done, 1 whose last run failed)
+id         next run                                  last run                      token  lease                                                     unclaimed for
+---------  ----------------------------------------  ----------------------------  -----  --------------------------------------------------------  -------------
+a-due      overdue 3m10s (2023-11-14T22:10:10.000Z)  -                             0      -                                                         3m10s
+b-leased   due 5s ago (2023-11-14T22:13:15.000Z)     -                             1      live: host-b until 2023-11-14T22:23:15.000Z (in 9m55s)    -
+c-ok       in 42s (2023-11-14T22:14:02.000Z)         ok 10s ago                    1      -                                                         -
+d-error    in 1h00m (2023-11-14T23:13:20.000Z)       error (3 in a row) 2m10s ago  2      -                                                         -
+e-done     none (one-shot ran)                       ok 2h00m ago                  1      -                                                         -
+f-expired  overdue 1m00s (2023-11-14T22:12:20.000Z)  -                             3      expired: host-f until 2023-11-14T22:13:05.000Z (15s ago)  15s
 
-jobs: 11
+jobs: 12
   pending     2  not due yet
   due         3  leasable now (1 after an expired lease)
   leased      2  live lease, not dispatched
   dispatched  2  sent (1 cancelled meanwhile: bot recalled)
   cancelled   2  never dispatched
+  failed      1  out of attempts (pgstore retry RUN_ID)
 oldest due job: d-old, 5m00s late (dispatch_at 1699999700000 (2023-11-14T22:08:20.000Z))"""
 
 
@@ -572,6 +635,7 @@ def test_status_text_against_the_given_clock() -> None:
         _record(
             id="d-error", kind="cron", spec="*/5 * * * *", next_run_at=now + 3_600_000,
             last_run_at=now - 130_000, last_status="error", fencing_token=2,
+            consecutive_failures=3,
         ),
         _record(
             id="e-done", kind="once", spec="60000", next_run_at=None, last_run_at=now - 7_200_000,
@@ -584,7 +648,7 @@ def test_status_text_against_the_given_clock() -> None:
     ]
     counts = job_gauges(
         now, pending=2, due=3, due_expired_lease=1, leased=2, dispatched=2, recalled=1,
-        cancelled=2, oldest_due_job_id="d-old", oldest_due_job_at=now - 300_000,
+        cancelled=2, failed=1, oldest_due_job_id="d-old", oldest_due_job_at=now - 300_000,
     )
     assert status_text("ops", now, records, counts) == EXPECTED_STATUS
 
@@ -599,6 +663,7 @@ def test_status_text_against_the_given_clock() -> None:
         "  leased      0  live lease, not dispatched",
         "  dispatched  0  sent",
         "  cancelled   0  never dispatched",
+        "  failed      0  out of attempts (pgstore retry RUN_ID)",
         "oldest due job: none",
     ]
     # Due exactly now, with nobody on it: claimable for 0 ms.
@@ -627,8 +692,8 @@ def _parse_status(out: str) -> tuple[str, dict[str, dict[str, str]], list[str]]:
 
 def _all_jobs(conn: psycopg.Connection[Any], schema: str) -> list[Job]:
     query = psycopg.sql.SQL(
-        "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled"
-        " FROM {}.jobs"
+        "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled,"
+        " lease_sequence, attempts, max_attempts, last_error, failed FROM {}.jobs"
     ).format(psycopg.sql.Identifier(schema))
     return [Job(*row) for row in conn.execute(query).fetchall()]
 
@@ -639,7 +704,8 @@ def _job_part(stats: StoreStats) -> StoreStats:
         stats.now, pending=stats.jobs_pending, due=stats.jobs_due,
         due_expired_lease=stats.jobs_due_expired_lease, leased=stats.jobs_leased,
         dispatched=stats.jobs_dispatched, recalled=stats.jobs_recalled,
-        cancelled=stats.jobs_cancelled, oldest_due_job_id=stats.oldest_due_job_id,
+        cancelled=stats.jobs_cancelled, failed=stats.jobs_failed,
+        oldest_due_job_id=stats.oldest_due_job_id,
         oldest_due_job_at=stats.oldest_due_job_at,
     )
 
@@ -653,6 +719,8 @@ def _counts_by_hand(jobs: list[Job], now: int) -> StoreStats:
             states["dispatched"].append(j)
         elif j.cancelled:
             states["cancelled"].append(j)
+        elif j.failed:
+            states["failed"].append(j)
         elif live:
             states["leased"].append(j)
         elif j.dispatch_at <= now:
@@ -669,6 +737,7 @@ def _counts_by_hand(jobs: list[Job], now: int) -> StoreStats:
         dispatched=len(states["dispatched"]),
         recalled=sum(1 for j in states["dispatched"] if j.cancelled),
         cancelled=len(states["cancelled"]),
+        failed=len(states["failed"]),
         oldest_due_job_id=due[0].run_id if due else None,
         oldest_due_job_at=due[0].dispatch_at if due else None,
     )
@@ -687,6 +756,7 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
         "  leased      0  live lease, not dispatched",
         "  dispatched  0  sent",
         "  cancelled   0  never dispatched",
+        "  failed      0  out of attempts (pgstore retry RUN_ID)",
         "oldest due job: none",
     ]
 
@@ -734,11 +804,16 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
         jobs.schedule("d-new", now - 1_000)
         jobs.schedule("p-soon", now + 60_000)
         jobs.schedule("p-later", now + 3_600_000)
+        lease("f-failed", now - 2_000_000, "h-f", None, 60_000)  # the earliest of all
+        jobs.schedule("f-failed", now - 2_000_000, 1)
+        assert jobs.release("f-failed", "h-f", now, None, "no bot left")  # its only attempt
 
     status, out, err = cli("status", *where)
     assert (status, err) == (0, ""), err
     summary, rows, job_lines = _parse_status(out)
-    assert summary == "schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done)"
+    assert summary == (
+        "schedules: 6 (2 due and unclaimed, 1 leased, 1 one-shot done, 1 whose last run failed)"
+    )
     assert list(rows) == ["a-due", "b-leased", "c-ok", "d-error", "e-done", "f-expired"]
 
     # The relative cells are judged at the command's clock, a moment after `now`.
@@ -765,20 +840,21 @@ def test_status_on_a_fresh_schema(cli: Run, pgstore_database: str, pgstore_schem
     assert f["lease"].startswith(f"expired: host-f until {_iso(now - 15_000)} (")
     assert re.fullmatch(r"1[56]s", f["unclaimed for"])  # since the lease ran out, not since due
 
-    assert job_lines[:6] == [
-        "jobs: 11",
+    assert job_lines[:7] == [
+        "jobs: 12",
         "  pending     2  not due yet",
         "  due         3  leasable now (1 after an expired lease)",
         "  leased      2  live lease, not dispatched",
         "  dispatched  2  sent (1 cancelled meanwhile: bot recalled)",
         "  cancelled   2  never dispatched",
+        "  failed      1  out of attempts (pgstore retry RUN_ID)",
     ]
     # The oldest due job: not l-old (leased) nor c-plain (cancelled), though both are older.
     assert re.fullmatch(
         rf"oldest due job: d-old, 5m0[01]s late \(dispatch_at {re.escape(format_instant(now - 300_000))}\)",
-        job_lines[6],
+        job_lines[7],
     )
-    assert len(job_lines) == 7
+    assert len(job_lines) == 8
 
     # The one SELECT agrees with a job-by-job partition, at instants around every edge.
     conn: psycopg.Connection[Any]
@@ -1097,7 +1173,7 @@ def test_run_scheduler_until_sigterm(
     raised = [m for lvl, _, m in events if lvl == "ERROR"]
     assert raised and all(re.fullmatch(rf"{who}: boom token \d+ raised", m) for m in raised), log
     assert "RuntimeError: boom goes the handler" in log  # the traceback follows its line
-    assert _messages(events, "pgstore.scheduler", rf"{who}: registered tick \(interval 200\), next run at \d+")
+    assert _messages(events, "pgstore.scheduler", rf"{who}: registered tick \(interval 200, catch_up once\), next run at \d+")
     assert _messages(
         events,
         "pgstore.run",

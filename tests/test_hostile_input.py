@@ -437,7 +437,9 @@ times = st.one_of(st.none(), st.integers(-(10**6), 10**13))
 positives = st.integers(1, 10**9)
 #: A lease sequence fence: none, a plausible one, or one SQL rejects (not positive).
 sequences = st.one_of(st.none(), st.integers(-2, 5))
-statuses = st.sampled_from(["ok", "error"])
+statuses = st.sampled_from(["ok", "error", "skipped"])
+#: The catch-up policies, and strings next to them that both stores must refuse.
+catch_ups = st.sampled_from(["skip", "once", "all", "", "ONCE", "all ", "never", "skipped"])
 #: Specs around their 1024-character limit too, so the stores agree at the edge.
 specs = st.one_of(
     st.text(max_size=20),
@@ -456,7 +458,8 @@ def hostile(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "get": [ids],
-    "register": [ids, st.sampled_from(["cron", "interval", "once"]), specs, times, times],
+    "register": [ids, st.sampled_from(["cron", "interval", "once"]), specs, times, times,
+                 catch_ups],
     "claim_due": [ids, names, times, positives],
     "renew": [ids, st.integers(0, 5), times],
     "complete": [ids, st.integers(0, 5), patches, times],

@@ -12,6 +12,9 @@ What it proves, against a real server:
 * ``job_renew`` racing another holder's ``job_lease`` at one explicit ``now``:
   exactly one of them wins, and which one is decided by ``now`` against
   ``lease_until`` alone, never by the order the calls reach the server.
+* ``job_retry`` of one failed job by 4 connections at once, racing 4 leasers:
+  exactly one retry answers ``retried`` (the others ``not_failed``), at most one
+  leaser gets the job, and only after that retry, with ``attempts`` 1.
 
 Every worker owns its own autocommit psycopg connection (wrapped in a
 ``PgJobStore``); a ``threading.Barrier`` releases them together so the calls
@@ -129,6 +132,7 @@ def test_lease_workers_lease_every_job_exactly_once(
                 dispatched=False,
                 cancelled=False,
                 lease_sequence=1,
+                attempts=1,
             )
         # A row skipped because another leaser had it locked is leased by that
         # leaser, so no leaser can later be handed an earlier job.
@@ -211,6 +215,7 @@ def test_cancel_racing_mark_dispatched_one_side_always_learns(
                 dispatched=True,
                 cancelled=cancelled is CancelResult.CANCELLED,
                 lease_sequence=1,
+                attempts=1,
             ), f"trial {trial}"
             outcomes[
                 "cancel first (mark.cancelled)"
@@ -264,10 +269,65 @@ def test_renew_racing_another_holders_lease_is_decided_by_now(
             assert row is not None
             if expired:
                 assert not renewed, f"trial {trial}: renewed an expired lease"
-                assert taken == Job(run_id, 0, "h2", now + ttl, None, False, False, 2)
+                assert taken == Job(run_id, 0, "h2", now + ttl, None, False, False, 2, 2)
                 assert row == taken, f"trial {trial}"
             else:
                 assert renewed, f"trial {trial}: a live lease was not renewed"
                 assert taken is None, f"trial {trial}: took a live lease: {taken}"
-                assert row == Job(run_id, 0, "h1", now + ttl, None, False, False, 1)
+                assert row == Job(run_id, 0, "h1", now + ttl, None, False, False, 1, 1)
             setup.remove(run_id)  # so later trials lease only their own job
+
+
+def test_concurrent_retries_revive_a_failed_job_once_and_leases_follow_them(
+    connections: list[psycopg.Connection[Any]], pgstore_schema: str
+) -> None:
+    trials = 100
+    setup = PgJobStore(connections[8], schema=pgstore_schema)
+    retriers = [PgJobStore(conn, schema=pgstore_schema) for conn in connections[:4]]
+    leasers = [PgJobStore(conn, schema=pgstore_schema) for conn in connections[4:8]]
+    barrier = threading.Barrier(8, timeout=BARRIER_TIMEOUT)
+
+    def retry(store: PgJobStore, run_id: str) -> str:
+        barrier.wait()
+        return store.retry(run_id, 500).value
+
+    def lease(store: PgJobStore, n: int) -> Job | None:
+        barrier.wait()
+        return store.lease(f"leaser-{n}", 1_000, LEASE)
+
+    outcomes: Counter[str] = Counter()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for trial in range(trials):
+            run_id = f"f{trial:03d}"
+            setup.schedule(run_id, 0, 1)
+            first = setup.lease("setup", 0, 1)
+            assert first is not None and first.run_id == run_id, f"trial {trial}"
+            assert setup.release(run_id, "setup", 0, first.lease_sequence, "down")
+            assert present_job(setup, run_id).state == "failed"
+            retries = [pool.submit(retry, store, run_id) for store in retriers]
+            leases = [pool.submit(lease, store, n) for n, store in enumerate(leasers)]
+            answers = Counter(f.result(timeout=BARRIER_TIMEOUT * 2) for f in retries)
+            got = [job for f in leases if (job := f.result(timeout=BARRIER_TIMEOUT * 2))]
+
+            assert answers == {"retried": 1, "not_failed": 3}, f"trial {trial}: {answers}"
+            assert len(got) <= 1, f"trial {trial}: {got}"
+            row = present_job(setup, run_id)
+            assert (row.failed, row.last_error, row.max_attempts) == (False, "down", 1)
+            if got:
+                assert (got[0].run_id, got[0].attempts, got[0].dispatch_at) == (run_id, 1, 500)
+                assert (row.lease_holder, row.attempts) == (got[0].lease_holder, 1)
+                outcomes["retry, then a lease"] += 1
+            else:
+                assert (row.lease_holder, row.attempts, row.dispatch_at) == (None, 0, 500)
+                outcomes["the leases first (nothing leasable)"] += 1
+            setup.remove(run_id)
+
+    print(f"\nretry x4 vs lease x4 over {trials} trials: {dict(outcomes)}")
+    assert sum(outcomes.values()) == trials
+
+
+def present_job(store: PgJobStore, run_id: str) -> Job:
+    job = store.get(run_id)
+    assert job is not None
+    return job
+

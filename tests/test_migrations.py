@@ -369,6 +369,72 @@ def test_upgrade_from_0009_counts_attempts_from_zero_and_downgrade_cancels_faile
     assert current_revision(dsn, "mig10_upgraded") == "pgstore_0010"
 
 
+def test_upgrade_from_0010_keeps_schedules_on_once_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0011 adds schedules.catch_up: every schedule already stored gets once (its rule
+    until then) and keeps every other column; the client role may call the new
+    schedule_register (and the old 5-argument form still works), and complete with
+    skipped; the downgrade keeps the rows (without the column, skipped read as NULL)
+    and leaves a catalog equal to 0010's."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig11_upgraded", "pgstore_0010")
+    migrate(dsn, "mig11_reference", "pgstore_0010")
+    client = f"mig11_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+
+    def schedules(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute("SELECT * FROM mig11_upgraded.schedules ORDER BY id").fetchall()
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig11_upgraded")
+        conn.execute("SELECT schedule_register('cron', 'cron', '0 * * * *', 3600000, 10)")
+        conn.execute("SELECT schedule_register('done', 'once', '5', 100, 10)")
+        conn.execute("SELECT schedule_register('held', 'interval', '1000', 100, 10)")
+        conn.execute("SELECT schedule_claim_due('done', 'h', 100, 1000)")
+        conn.execute("SELECT schedule_complete('done', 1, NULL, 100, 'error', 110)")
+        conn.execute("SELECT schedule_claim_due('held', 'h', 100, 60000)")
+        conn.execute("SELECT schedule_register('failing', 'interval', '100', 100, 10)")
+        conn.execute("SELECT schedule_claim_due('failing', 'h', 100, 1000)")
+        conn.execute("SELECT schedule_complete('failing', 1, 200, 100, 'error', 110)")
+        before = schedules(conn)
+
+    migrate(dsn, "mig11_upgraded", "pgstore_0011")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig11_upgraded")
+        after = schedules(conn)
+        assert [row[:-1] for row in after] == before  # the new column, last
+        assert [row[-1] for row in after] == ["once", "once", "once", "once"]
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        assert conn.execute("SELECT fencing_token FROM schedule_claim_due('failing', 'h', 200, 1000)").fetchone() == (2,)
+        assert conn.execute("SELECT schedule_complete('failing', 2, 300, 200, 'skipped', 210)").fetchone() == (True,)
+        assert conn.execute("SELECT schedule_complete('held', 1, 1000, 100, 'skipped', 120)").fetchone() == (True,)
+        row = conn.execute("SELECT catch_up FROM schedule_register('held', 'interval', '1000', 5, 130, 'all')").fetchone()
+        assert row == ("all",)
+        row = conn.execute("SELECT catch_up FROM schedule_register('new', 'interval', '1000', 5, 140)").fetchone()
+        assert row == ("once",)
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT schedule_register('new', 'interval', '1000', 5, 150, 'sometimes')")
+        conn.execute("RESET ROLE")
+        upgraded = schedules(conn)
+        # A skipped occurrence neither counts as a failure nor resets the count.
+        assert [(r[0], r[5], r[-2], r[-1]) for r in upgraded] == [
+            ("cron", None, 0, "once"), ("done", "error", 1, "once"), ("failing", "skipped", 1, "once"),
+            ("held", "skipped", 0, "all"), ("new", None, 0, "once"),
+        ]
+
+    downgrade(dsn, "mig11_upgraded", "pgstore_0010")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig11_upgraded") == catalog(conn, "mig11_reference")
+        assert conn.execute("SELECT mig11_upgraded.schema_revision()").fetchone() == ("pgstore_0010",)
+        downgraded = schedules(conn)
+        assert [(*row[:5], None if row[5] == "skipped" else row[5], *row[6:-1])
+                for row in upgraded] == downgraded
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        assert conn.execute("SELECT id FROM mig11_upgraded.schedule_register('x', 'once', '1', 0, 0)").fetchone() == ("x",)
+    migrate(dsn, "mig11_upgraded", "pgstore_0011")
+    assert current_revision(dsn, "mig11_upgraded") == "pgstore_0011"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

@@ -74,6 +74,75 @@ def test_register_changed_kind_overwrites(schedules: StoreUnderTest) -> None:
     assert (changed.kind, changed.next_run_at, changed.updated_at) == ("once", None, 20)
 
 
+def test_register_keeps_the_catch_up_policy_once_by_default(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    assert _registered(s).catch_up == "once"
+    for catch_up in ("skip", "all"):
+        rec = s.register(catch_up, "cron", "0 * * * *", 500, 42, catch_up)
+        assert rec.catch_up == catch_up and present(s.get(catch_up)) == rec
+    assert [r.catch_up for r in s.list()] == ["all", "skip", "once"]
+
+
+def test_register_another_catch_up_alone_keeps_the_occurrence_token_lease_last(
+    schedules: StoreUnderTest,
+) -> None:
+    s = schedules.store
+    _registered(s)
+    claim = s.claim_due("t", "w1", 150, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(2_000, 150, "ok"), 160)
+    claim2 = s.claim_due("t", "w2", 2_000, LEASE)
+    assert claim2 is not None
+    changed = s.register("t", "interval", "1000", 9_999, 2_100, "all")
+    assert changed == ScheduleRecord(
+        "t", "interval", "1000", 2_000, 150, "ok", 2, "w2", 3_000, 2_100, 0, "all"
+    )
+    assert s.register("t", "interval", "1000", 7_777, 2_200, "all") == changed  # untouched
+    back = s.register("t", "interval", "1000", 5_555, 2_300)  # an old caller: once again
+    assert (back.catch_up, back.next_run_at, back.updated_at) == ("once", 2_000, 2_300)
+    assert s.complete("t", claim2.fencing_token, CompletePatch(3_000, 2_000, "ok"), 2_400)
+
+
+def test_register_another_spec_and_catch_up_overwrites_both(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    _registered(s)
+    changed = s.register("t", "interval", "5000", 7_000, 20, "skip")
+    assert (changed.spec, changed.next_run_at, changed.catch_up) == ("5000", 7_000, "skip")
+
+
+def test_complete_skipped_records_an_occurrence_not_run(schedules: StoreUnderTest) -> None:
+    s = schedules.store
+    s.register("t", "interval", "1000", 100, 10, "skip")
+    claim = s.claim_due("t", "w1", 5_050, LEASE)
+    assert claim is not None
+    assert s.complete("t", claim.fencing_token, CompletePatch(6_100, 5_050, "skipped"), 5_060)
+    rec = present(s.get("t"))
+    assert (rec.next_run_at, rec.last_run_at, rec.last_status, rec.lease_owner) == (
+        6_100, 5_050, "skipped", None
+    )
+    assert rec.catch_up == "skip"
+
+
+def test_a_held_lease_is_never_overlapped_by_the_next_occurrence(
+    schedules: StoreUnderTest,
+) -> None:
+    """While a run holds its lease, later occurrences falling due claim nothing, whatever
+    the policy: the record's next_run_at moves only when the run completes."""
+    s = schedules.store
+    for catch_up in ("skip", "once", "all"):
+        s.register(catch_up, "interval", "100", 100, 10, catch_up)
+    held = {c.record.id: c for c in s.claim_next("w1", 100, LEASE, 10)}
+    assert sorted(held) == ["all", "once", "skip"]
+    for now in (200, 500, 1_099):  # occurrences 200 .. 1000 are due, the lease runs to 1100
+        assert s.claim_next("w2", now, LEASE, 10) == []
+        assert all(s.claim_due(id, "w2", now, LEASE) is None for id in held)
+    assert all(s.renew(id, c.fencing_token, 2_100) for id, c in held.items())
+    assert s.claim_next("w2", 2_000, LEASE, 10) == []
+    assert sorted(c.record.id for c in s.claim_next("w2", 2_100, LEASE, 10)) == [
+        "all", "once", "skip"
+    ]
+
+
 def test_claim_due_sets_lease_and_bumps_token(schedules: StoreUnderTest) -> None:
     s = schedules.store
     before = _registered(s)
@@ -196,13 +265,15 @@ def test_complete_counts_consecutive_failures_and_ok_resets_them(
     s = schedules.store
     assert _registered(s).consecutive_failures == 0
     seen = []
-    statuses: list[LastStatus] = ["error", "error", "error", "ok", "error"]
+    statuses: list[LastStatus] = ["error", "error", "skipped", "error", "ok", "skipped", "error"]
     for at, status in enumerate(statuses, start=1):
         claim = present(s.claim_due("t", "w1", 100 * at, LEASE))
         assert s.complete("t", claim.fencing_token, CompletePatch(100 * (at + 1), at, status))
         rec = present(s.get("t"))
         seen.append((rec.last_status, rec.consecutive_failures))
-    assert seen == [("error", 1), ("error", 2), ("error", 3), ("ok", 0), ("error", 1)]
+    # A skipped occurrence did not run: it neither counts as a failure nor resets them.
+    assert seen == [("error", 1), ("error", 2), ("skipped", 2), ("error", 3), ("ok", 0),
+                    ("skipped", 0), ("error", 1)]
     # A stale complete counts nothing; a new spec keeps the count, a delete drops it.
     before = schedules.state()
     assert s.complete("t", 1, CompletePatch(0, 0, "error")) is False
@@ -365,6 +436,12 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("register", "spec", ("new", "interval", "1" * 1025, 1, 1)),  # absent
     ("register", "spec", ("gone", "interval", "1" * 1025, 1, 1)),  # absent, fenced
     ("register", "spec", ("t", "cron", "é" * 1025, 1, 1)),  # characters, not bytes
+    ("register", "catch_up", ("t", "interval", "1000", 1, 1, None)),  # present
+    ("register", "catch_up", ("t", "interval", "1000", 1, 1, "")),
+    ("register", "catch_up", ("t", "interval", "1000", 1, 1, "ALL")),
+    ("register", "catch_up", ("t", "interval", "1000", 1, 1, "skipped")),
+    ("register", "catch_up", ("new", "interval", "1", 1, 1, "never")),  # absent
+    ("register", "catch_up", ("gone", "interval", "1", 1, 1, "once ")),  # absent, fenced
     ("claim_due", "id", ("", "w", 100, LEASE)),
     ("claim_due", "id", (LONG, "w", 100, LEASE)),
     ("claim_due", "owner", ("t", "", 100, LEASE)),
@@ -469,6 +546,9 @@ def test_lease_overflow_is_22003_and_changes_nothing(schedules: StoreUnderTest, 
         lambda s: s.claim_due(7, "w", 1, 1),
         lambda s: s.register("t\x00", "interval", "1", 1, 1),
         lambda s: s.register("t", "interval", "a\x00b", 1, 1),
+        lambda s: s.register("t", "interval", "1000", 1, 1, "all\x00"),
+        lambda s: s.register("t", "interval", "1000", 1, 1, 2**63),
+        lambda s: s.register("t", "interval", "1000", 1, 1, -1),
         lambda s: s.claim_next("w", 1, 1, 2**31),
         lambda s: s.complete("t", 1, "patch", 1),
     ],

@@ -38,7 +38,8 @@ IDS = st.sampled_from(["a", "b", "c", "A", "ab"])
 OWNERS = st.sampled_from(["w1", "w2", "w3"])
 KINDS = st.sampled_from(["cron", "interval", "once"])
 SPECS = st.sampled_from(["1000", "5000", "0 * * * *"])
-STATUSES: st.SearchStrategy[LastStatus] = st.sampled_from(["ok", "error"])
+STATUSES: st.SearchStrategy[LastStatus] = st.sampled_from(["ok", "error", "skipped"])
+CATCH_UPS = st.sampled_from(["skip", "once", "all"])
 LEASES = st.integers(min_value=1, max_value=800)
 STEPS = st.integers(min_value=0, max_value=400)
 OFFSETS = st.integers(min_value=-300, max_value=600)
@@ -145,9 +146,12 @@ class ScheduleMachine(RuleBasedStateMachine):
     def tick(self, step: int) -> None:
         self.now += step
 
-    @rule(id=IDS, kind=KINDS, spec=SPECS, data=st.data())
-    def register(self, id: str, kind: str, spec: str, data: st.DataObject) -> None:
-        self.both("register", id, kind, spec, self.draw_optional_time(data), self.draw_now(data))
+    @rule(id=IDS, kind=KINDS, spec=SPECS, catch_up=CATCH_UPS, data=st.data())
+    def register(
+        self, id: str, kind: str, spec: str, catch_up: str, data: st.DataObject
+    ) -> None:
+        self.both("register", id, kind, spec, self.draw_optional_time(data), self.draw_now(data),
+                  catch_up)
 
     @rule(ids=st.lists(IDS, min_size=2, max_size=5, unique=True), kind=KINDS, data=st.data())
     def register_many_due(self, ids: list[str], kind: str, data: st.DataObject) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pgstore import InvalidArgument, MemoryScheduleStore
+from pgstore.protocols import AsyncScheduleStore, ScheduleStore
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.clock import FakeClock, utc_ms
 from tests.conftest import present
@@ -26,7 +27,9 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def _scheduler(store: MemoryScheduleStore, clock: FakeClock, **kw: Any) -> Scheduler:
+def _scheduler(
+    store: ScheduleStore | AsyncScheduleStore, clock: FakeClock, **kw: Any
+) -> Scheduler:
     kw.setdefault("owner", "host-a")
     kw.setdefault("lease_ms", 30_000)
     return Scheduler(store, clock=clock, **kw)

@@ -29,8 +29,8 @@ def _state(db: psycopg.Connection[Any]) -> list[Any]:
 
 def test_claim_renew_complete_delete_register_cycle(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT * FROM schedule_register('report', 'cron', '0 * * * *', 1000, 500)").fetchone()
-    # consecutive_failures comes after the other columns.
-    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500, 0)
+    # consecutive_failures and catch_up come after the other columns.
+    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500, 0, "once")
     claim = db.execute("SELECT fencing_token, lease_owner, lease_until FROM schedule_claim_due('report', 'host-a', 1000, 30000)").fetchone()
     assert claim == (1, "host-a", 31000)
     assert db.execute("SELECT schedule_claim_due('report', 'host-b', 1001, 30000)").fetchall() == []
@@ -62,6 +62,12 @@ NULL_CALLS = [
     ("schedule_register('t', 'once', NULL, 0, 0)", "spec"),
     ("schedule_register('t', 'once', repeat('1', 1025), 0, 0)", "spec"),
     ("schedule_register('absent', 'once', repeat('1', 1025), 0, 0)", "spec"),
+    ("schedule_register('t', 'interval', '1', 0, 0, NULL)", "catch_up"),
+    ("schedule_register('t', 'interval', '1', 0, 0, '')", "catch_up"),
+    ("schedule_register('t', 'interval', '1', 0, 0, 'ONCE')", "catch_up"),
+    ("schedule_register('t', 'interval', '1', 0, 0, 'skipped')", "catch_up"),
+    ("schedule_register('t', 'interval', '2', 0, 0, 'never')", "catch_up"),
+    ("schedule_register('absent', 'once', '1', 0, 0, NULL)", "catch_up"),
     ("schedule_claim_due(NULL, 'w', 0, 1)", "id"),
     ("schedule_claim_due('t', NULL, 0, 1)", "owner"),
     ("schedule_claim_due('t', 'w', 0, NULL)", "lease_ms"),
@@ -73,6 +79,7 @@ NULL_CALLS = [
     ("schedule_complete('t', 1, 1, NULL, 'ok', 1)", "last_run_at"),
     ("schedule_complete('t', 1, 1, 1, NULL, 1)", "last_status"),
     ("schedule_complete('t', 1, 1, 1, 'maybe', 1)", "last_status"),
+    ("schedule_complete('t', 1, 1, 1, 'SKIPPED', 1)", "last_status"),
     ("schedule_delete(NULL)", "id"),
     ("schedule_delete('')", "id"),
     ("schedule_claim_next(NULL, 0, 1, 1)", "owner"),

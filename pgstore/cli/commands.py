@@ -9,7 +9,8 @@
                       [--yes]
     pgstore current   [--dsn DSN] [--schema NAME]
     pgstore schedules [--dsn DSN] [--schema NAME]
-    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due] [--limit N]
+    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due | --failed] [--limit N]
+    pgstore retry     [--dsn DSN] [--schema NAME] RUN_ID [--at MS]
     pgstore status    [--dsn DSN] [--schema NAME]
     pgstore purge     [--dsn DSN] [--schema NAME] --older-than AGE [--batch N]
     pgstore run       MODULE:OBJECT [--log-level LEVEL]
@@ -40,15 +41,22 @@ clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
 ``0``: all; a cut list ends with ``... N more``). ``--dispatched``: only
 dispatched jobs. ``--due``: only the jobs a lease
 could take now or once their lease expires: due (``dispatch_at <= now``), not
-dispatched, not cancelled, leased or not (the lease column shows who holds
-one). It is one call of ``job_list()``, which sends only the rows it prints and
+dispatched, cancelled or failed, leased or not (the lease column shows who holds
+one). ``--failed``: only the failed jobs (out of attempts, not cancelled), with
+their last error. It is one call of ``job_list()``, which sends only the rows it prints and
 how many match in all; like every command, it needs only EXECUTE on the store's
 functions (the client role), never SELECT on its tables.
 
 ``status`` is the on-call view (``pgstore.cli.status``): every schedule's next
 run, last run, lease and how long it has been due and unclaimed, then the
-number of jobs per state (pending, due, leased, dispatched, cancelled) and the
-oldest due job's lag. Its dispatched and cancelled counts scan the jobs table.
+number of jobs per state (pending, due, leased, dispatched, cancelled, failed)
+and the oldest due job's lag. Its dispatched, cancelled and failed counts scan
+the jobs table.
+
+``retry RUN_ID`` (one call of ``job_retry()``) puts a failed job back to
+waiting, its attempts reset, due at ``--at`` (epoch ms) or the database clock's
+now, and prints it; a job that is not failed (waiting, dispatched, cancelled)
+or missing is an error (status 1) and nothing changes.
 
 ``purge --older-than AGE`` (``pgstore.cli.purge``) deletes the jobs that
 finished (dispatched, or cancelled before their dispatch) more than ``AGE``
@@ -71,10 +79,13 @@ import importlib.metadata
 import os
 import shutil
 import sys
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from pgstore._validate import BIGINT_MAX
 from pgstore.cli.format import (
     CUT_MARK,
     MIN_CUT,
@@ -92,6 +103,9 @@ from pgstore.cli.format import (
 from pgstore.errors import PgStoreError
 from pgstore.models import JobFilter
 from pgstore.schema.objects import DEFAULT_SCHEMA
+
+if TYPE_CHECKING:
+    from pgstore.postgres.jobs import PgJobStore
 
 __all__ = [
     "CUT_MARK",
@@ -242,29 +256,59 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_jobs(args: argparse.Namespace) -> int:
+@contextmanager
+def _job_store(args: argparse.Namespace) -> Iterator[PgJobStore]:
+    """The schema's job store over one connection of our own (not a pool, which would
+    retry a bad DSN for its whole timeout), started: ``SchemaNotReady``, saying what to
+    run, when the schema is not at head."""
     from pgstore.postgres.jobs import PgJobStore
 
-    limit: int | None = args.limit or None  # 0: no limit
     conn: psycopg.Connection[Any]
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         store = PgJobStore(conn, schema=args.schema)
         try:
-            store.start()  # SchemaNotReady, saying what to run, when not at head
-            now = store.now_ms()
-            selected: JobFilter = "dispatched" if args.dispatched else "due" if args.due else "all"
-            page = store.list_jobs(selected, now, limit)
+            store.start()
+            yield store
         finally:
             store.close()
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    limit: int | None = args.limit or None  # 0: no limit
+    selected: JobFilter = (
+        "dispatched" if args.dispatched else "due" if args.due
+        else "failed" if args.failed else "all"
+    )
+    with _job_store(args) as store:
+        now = store.now_ms()
+        page = store.list_jobs(selected, now, limit)
     jobs, total = page.jobs, page.matching
     print(f"schema {args.schema!r}, database clock {format_instant(now)}")
     if not jobs:
-        which = "dispatched " if args.dispatched else "due " if args.due else ""
+        which = "" if selected == "all" else f"{selected} "
         print(f"no {which}jobs")
         return 0
     print(jobs_table(jobs, now, output_width()))
     if total > len(jobs):
         print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
+    return 0
+
+
+def _cmd_retry(args: argparse.Namespace) -> int:
+    from pgstore.models import RetryResult
+
+    with _job_store(args) as store:
+        answer = store.retry(args.run_id, args.at)
+        job = store.get(args.run_id)
+        now = store.now_ms()
+    if answer is RetryResult.MISSING or job is None:
+        raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
+    if answer is RetryResult.NOT_FAILED:
+        raise PgStoreError(
+            f"job {args.run_id!r} is not failed (it is {job.state}): nothing changed"
+        )
+    print(f"schema {args.schema!r}: job {args.run_id!r} waits again, attempts reset")
+    print(jobs_table([job], now, output_width()))
     return 0
 
 
@@ -288,17 +332,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_purge(args: argparse.Namespace) -> int:
     from pgstore.cli.purge import purge_in_batches
-    from pgstore.postgres.jobs import PgJobStore
 
-    conn: psycopg.Connection[Any]
-    with psycopg.connect(args.dsn, autocommit=True) as conn:
-        store = PgJobStore(conn, schema=args.schema)
-        try:
-            store.start()  # SchemaNotReady, saying what to run, when not at head
-            before = max(0, store.now_ms() - args.older_than)
-            total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
-        finally:
-            store.close()
+    with _job_store(args) as store:
+        before = max(0, store.now_ms() - args.older_than)
+        total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
     print(
         f"schema {args.schema!r}: purged {total} jobs finished before {format_instant(before)}"
     )
@@ -347,6 +384,16 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not 0 < value < 86400 * 365:
         raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return value
+
+
+def _epoch_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"not an instant in epoch ms (0 or more): {text!r}")
     return value
 
 
@@ -457,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "List the jobs of the schema's job store, ordered by dispatch_at then run_id: "
             "run_id, dispatch_at (epoch ms and ISO UTC), how overdue or how far ahead, "
-            "the lease (holder, until, live or expired), dispatched, cancelled, worker_id. "
+            "the lease (holder, until, live or expired), dispatched, cancelled, failed, "
+            "attempts (leases so far/max_attempts), worker_id, last_error. "
             "Times are judged against the database clock. Without a filter: every job."
         ),
     )
@@ -466,11 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--dispatched", action="store_true", help="only dispatched jobs"
     )
     only.add_argument(
+        "--failed",
+        action="store_true",
+        help="only failed jobs (out of attempts, not cancelled): what 'pgstore retry' takes back",
+    )
+    only.add_argument(
         "--due",
         action="store_true",
         help=(
             "only jobs waiting to be leased or sent: due (dispatch_at <= now), "
-            "not dispatched, not cancelled, whether leased or not"
+            "not dispatched, cancelled or failed, whether leased or not"
         ),
     )
     jobs.add_argument(
@@ -485,6 +538,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs.set_defaults(run=_cmd_jobs)
 
+    retry = commands.add_parser(
+        "retry",
+        parents=[common],
+        help="put a failed job back to waiting, its attempts reset",
+        description=(
+            "Put the failed job RUN_ID (out of attempts: see 'pgstore jobs --failed') back "
+            "to waiting, due at --at or now (the database clock), with its attempts reset "
+            "to 0; its last_error is kept until a release replaces it. A job that is not "
+            "failed (waiting, dispatched or cancelled) or missing: exit status 1, nothing "
+            "changed. One call of job_retry(), granted to the client role."
+        ),
+    )
+    retry.add_argument("run_id", metavar="RUN_ID", help="the failed job's run id")
+    retry.add_argument(
+        "--at",
+        type=_epoch_ms,
+        default=None,
+        metavar="MS",
+        help="when it is due again, in epoch ms (default: now, the database clock)",
+    )
+    retry.set_defaults(run=_cmd_retry)
+
     status = commands.add_parser(
         "status",
         parents=[common],
@@ -494,9 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
             "it ran, fencing token, lease (holder, live or expired, until), and how long it "
             "has been due and unclaimed. Then the jobs per state: pending (not due yet), "
             "due (leasable now), leased (live lease, not dispatched), dispatched, cancelled "
-            "(never dispatched), and the oldest due job's lag. Times are judged against the "
-            "database clock. Cost: the waiting states read only the pending-jobs index; "
-            "the dispatched and cancelled counts scan the jobs table (about 0.1 s per "
+            "(never dispatched), failed (out of attempts), and the oldest due job's lag. "
+            "Times are judged against the database clock. Cost: the waiting states read "
+            "only the pending-jobs index; "
+            "the dispatched, cancelled and failed counts scan the jobs table (about 0.1 s per "
             "million jobs)."
         ),
     )

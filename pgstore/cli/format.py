@@ -75,6 +75,8 @@ COLUMNS = (
     "next_run_at",
     "last_run_at",
     "last_status",
+    "failures",
+    "catch_up",
     "fencing_token",
     "lease",
 )
@@ -95,6 +97,8 @@ def schedules_table(
                 format_instant(r.next_run_at),
                 format_instant(r.last_run_at),
                 r.last_status or NULL,
+                str(r.consecutive_failures),
+                r.catch_up,
                 str(r.fencing_token),
                 lease_state(r, now_ms, limit),
             )
@@ -173,10 +177,10 @@ def _until(ms: int) -> str:
 
 def due_state(job: Job, now_ms: int) -> str:
     """``dispatch_at`` against ``now_ms``: ``in 5m00s``; ``overdue 12s`` or ``due now`` for a
-    job still waiting (not dispatched, not cancelled); ``12s ago`` for the others."""
+    job still waiting (not dispatched, cancelled or failed); ``12s ago`` for the others."""
     if job.dispatch_at > now_ms:
         return f"in {_until(job.dispatch_at - now_ms)}"
-    pending = not job.dispatched and not job.cancelled
+    pending = job.state == "waiting"
     if job.dispatch_at == now_ms:
         return "due now" if pending else "0ms ago"
     late = format_duration(now_ms - job.dispatch_at)
@@ -205,7 +209,10 @@ def job_lease_state(job: Job, now_ms: int, limit: int | None = None) -> str:
     return holder_lease_state(job.lease_holder, job.lease_until, now_ms, limit)
 
 
-JOB_COLUMNS = ("run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "worker_id")
+JOB_COLUMNS = (
+    "run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "failed", "attempts",
+    "worker_id", "last_error",
+)
 
 
 def _yes_no(flag: bool) -> str:
@@ -214,7 +221,8 @@ def _yes_no(flag: bool) -> str:
 
 def jobs_table(jobs: Sequence[Job], now_ms: int, width: int | None = None) -> str:
     """The jobs as an aligned text table (header, rule, one line per job), in the given order;
-    run ids, lease holders and worker ids cut to fit ``width`` characters (``fitted``)."""
+    run ids, lease holders, worker ids and last errors cut to fit ``width`` characters
+    (``fitted``). ``attempts`` reads ``leases so far/max_attempts``."""
 
     def rows(limit: int | None) -> list[tuple[str, ...]]:
         return [
@@ -225,7 +233,10 @@ def jobs_table(jobs: Sequence[Job], now_ms: int, width: int | None = None) -> st
                 job_lease_state(j, now_ms, limit),
                 _yes_no(j.dispatched),
                 _yes_no(j.cancelled),
+                _yes_no(j.failed),
+                f"{j.attempts}/{j.max_attempts}",
                 clip(j.worker_id, limit) if j.worker_id is not None else NULL,
+                clip(j.last_error, limit) if j.last_error is not None else NULL,
             )
             for j in jobs
         ]

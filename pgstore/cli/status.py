@@ -5,8 +5,9 @@ taken before the records are read.
 
 **Schedules**, by id (``schedule_list()``): when the next run is (``in 42s`` or
 ``overdue 3m10s``, and the ISO UTC instant), the last run's status and how long
-ago it started, the fencing token, the lease (holder, live or expired, until
-when), and how long the record has been due and unclaimed.
+ago it started (with how many runs in a row failed, from two on), the fencing
+token, the lease (holder, live or expired, until when), and how long the record
+has been due and unclaimed.
 
 **Jobs**: how many are in each state, and the oldest due job. The states split
 the table (each job is in exactly one):
@@ -17,12 +18,14 @@ the table (each job is in exactly one):
 * ``leased``: waiting, under a live lease (``lease_until > now``), due or not;
 * ``dispatched``: dispatched (including the ones cancelled meanwhile, whose bot was
   recalled);
-* ``cancelled``: cancelled and never dispatched.
+* ``cancelled``: cancelled and never dispatched;
+* ``failed``: out of attempts (the release of its last lease failed it), not
+  cancelled: never leased again until ``pgstore retry RUN_ID``.
 
 Cost: the counts come from one call of ``store_stats()`` (one snapshot). The
 waiting states and the oldest due job read only the partial index
 ``jobs_pending_by_dispatch_at`` (the jobs still waiting) and their rows; the
-``dispatched`` and ``cancelled`` counts read the whole table (a sequential scan,
+``dispatched``, ``cancelled`` and ``failed`` counts read the whole table (a sequential scan,
 since no index holds the history): about 0.1 s per million jobs (measured on
 PostgreSQL 15 and 18, warm cache, two parallel workers), while the rest stays
 under a millisecond for a thousand waiting jobs. Like every other read, it goes
@@ -96,11 +99,14 @@ def next_run_state(record: ScheduleRecord, now_ms: int) -> str:
 
 
 def last_run_state(record: ScheduleRecord, now_ms: int) -> str:
-    """``ok 12s ago`` / ``error 3m00s ago`` (``last_run_at`` is when the run started);
+    """``ok 12s ago`` / ``error 3m00s ago`` / ``error (4 in a row) 10s ago``
+    (``last_run_at`` is when the run started; the count from two consecutive failures on);
     ``-`` when it never ran."""
     if record.last_status is None and record.last_run_at is None:
         return NULL
-    status = record.last_status or "?"
+    status: str = record.last_status or "?"
+    if record.last_status == "error" and record.consecutive_failures >= 2:
+        status = f"error ({record.consecutive_failures} in a row)"
     if record.last_run_at is None:
         return status
     if record.last_run_at > now_ms:  # written by a clock ahead of the database's
@@ -187,9 +193,11 @@ def _schedule_summary(records: Sequence[ScheduleRecord], now_ms: int) -> str:
     done = sum(1 for r in records if r.next_run_at is None)
     broken = sum(1 for r in records if spec_problem(r) is not None)
     unparsed = f", {broken} with a spec that does not parse" if broken else ""
+    failing = sum(1 for r in records if r.consecutive_failures > 0)
+    failed = f", {failing} whose last run failed" if failing else ""
     return (
         f"schedules: {len(records)} ({unclaimed} due and unclaimed, {leased} leased, "
-        f"{done} one-shot done{unparsed})"
+        f"{done} one-shot done{failed}{unparsed})"
     )
 
 
@@ -207,6 +215,7 @@ def _jobs_summary(stats: StoreStats, now_ms: int, width: int | None = None) -> s
         ("dispatched", str(stats.jobs_dispatched),
          "sent" + (f" ({recalled} cancelled meanwhile: bot recalled)" if recalled else "")),
         ("cancelled", str(stats.jobs_cancelled), "never dispatched"),
+        ("failed", str(stats.jobs_failed), "out of attempts (pgstore retry RUN_ID)"),
     ]
     digits = max(len(n) for _, n, _ in rows)
     lines = [f"jobs: {stats.jobs}"]

@@ -15,8 +15,10 @@ from dataclasses import replace
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.models import (
+    CATCH_UPS,
     LAST_STATUSES,
     SCHEDULE_KINDS,
+    CatchUp,
     ClaimResult,
     CompletePatch,
     ScheduleKind,
@@ -54,12 +56,14 @@ class MemoryScheduleStore:
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
         v.name("id", id)
         kind = v.one_of("kind", kind, SCHEDULE_KINDS)
         v.spec("spec", spec)
         v.integer("next_run_at", next_run_at)
         v.integer("now", now)
+        catch_up = v.one_of("catch_up", catch_up, CATCH_UPS)
         at = wall_clock_ms() if now is None else now
         with self._lock:
             current = self._records.get(id)
@@ -68,12 +72,16 @@ class MemoryScheduleStore:
                     id=id, kind=kind, spec=spec, next_run_at=next_run_at,
                     last_run_at=None, last_status=None,
                     fencing_token=self._fences.get(id, 0),
-                    lease_owner=None, lease_until=None, updated_at=at,
+                    lease_owner=None, lease_until=None, updated_at=at, catch_up=catch_up,
                 )
             elif (current.kind, current.spec) != (kind, spec):
                 stored = replace(
-                    current, kind=kind, spec=spec, next_run_at=next_run_at, updated_at=at
+                    current, kind=kind, spec=spec, next_run_at=next_run_at, updated_at=at,
+                    catch_up=catch_up,
                 )
+            elif current.catch_up != catch_up:
+                # A new policy alone keeps the occurrence: the grid is the same.
+                stored = replace(current, catch_up=catch_up, updated_at=at)
             else:
                 return current
             self._records[id] = stored
@@ -128,7 +136,9 @@ class MemoryScheduleStore:
                 last_run_at=patch.last_run_at,
                 last_status=status,
                 consecutive_failures=(
-                    0 if status == "ok" else min(current.consecutive_failures + 1, v.INTEGER_MAX)
+                    0 if status == "ok"
+                    else min(current.consecutive_failures + 1, v.INTEGER_MAX) if status == "error"
+                    else current.consecutive_failures  # skipped: not run, so neither
                 ),
                 lease_owner=None,
                 lease_until=None,

@@ -15,7 +15,9 @@ from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call, Function
 
 GET = Function("schedule_get", ("text",))
-REGISTER = Function("schedule_register", ("text", "text", "text", "bigint", "bigint"))
+REGISTER = Function(
+    "schedule_register", ("text", "text", "text", "bigint", "bigint", "text")
+)
 CLAIM_DUE = Function("schedule_claim_due", ("text", "text", "bigint", "bigint"))
 RENEW = Function("schedule_renew", ("text", "bigint", "bigint"))
 COMPLETE = Function("schedule_complete", ("text", "bigint", "bigint", "bigint", "text", "bigint"))
@@ -30,14 +32,16 @@ def get(id: str) -> Call[ScheduleRecord | None]:
 
 
 def register(
-    id: str, kind: str, spec: str, next_run_at: int | None, now: int | None
+    id: str, kind: str, spec: str, next_run_at: int | None, now: int | None, catch_up: str
 ) -> Call[ScheduleRecord]:
     v.text("id", id)
     v.text("kind", kind)
     v.text("spec", spec)
     v.integer("next_run_at", next_run_at)
     v.integer("now", now)
-    return Call(REGISTER, (id, kind, spec, next_run_at, now), _rows.first_schedule_record)
+    v.text("catch_up", catch_up)
+    args = (id, kind, spec, next_run_at, now, catch_up)
+    return Call(REGISTER, args, _rows.first_schedule_record)
 
 
 def claim_due(id: str, owner: str, now: int | None, lease_ms: int) -> Call[ClaimResult | None]:

@@ -9,7 +9,13 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 
-from pgstore.models import ClaimResult, CompletePatch, ScheduleKind, ScheduleRecord
+from pgstore.models import (
+    CatchUp,
+    ClaimResult,
+    CompletePatch,
+    ScheduleKind,
+    ScheduleRecord,
+)
 from pgstore.postgres import schedule_calls as calls
 from pgstore.postgres.store import AsyncStore, SyncStore
 
@@ -37,10 +43,12 @@ class PgScheduleStore(SyncStore):
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
-        """Insert if absent; same kind and spec: untouched; else overwrite kind, spec,
-        next_run_at (token, lease, last_* kept). Returns the stored record."""
-        return self._runner.run(calls.register(id, kind, spec, next_run_at, now))
+        """Insert if absent; same kind, spec and ``catch_up``: untouched; another kind or
+        spec: overwrite kind, spec, next_run_at and catch_up (token, lease, last_* kept);
+        only another ``catch_up``: just that changes. Returns the stored record."""
+        return self._runner.run(calls.register(id, kind, spec, next_run_at, now, catch_up))
 
     def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
@@ -92,8 +100,11 @@ class AsyncPgScheduleStore(AsyncStore):
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
-        return await self._runner.run(calls.register(id, kind, spec, next_run_at, now))
+        return await self._runner.run(
+            calls.register(id, kind, spec, next_run_at, now, catch_up)
+        )
 
     async def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int

@@ -27,7 +27,8 @@ Cron (``next_cron``) works like a careful cron (Vixie cron, systemd):
   and are skipped. ``*/30 * * * *`` runs every 30 minutes of real time through
   both changes (46 runs on 2026-03-29 in Berlin, 50 on 2026-10-25).
 * The next occurrence is the first one strictly after ``after_ms``; missed
-  occurrences are not replayed.
+  occurrences are not replayed here (``cron_between`` lists them, for a
+  schedule whose catch-up policy runs them: ``pgstore.runtime.catch_up``).
 
 The search assumes a zone's UTC offset changes by at most 3 hours at a time,
 true of every DST rule in the tz database (historical day-long jumps, such as
@@ -50,7 +51,14 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from pgstore._validate import BIGINT_MAX, BIGINT_MIN, positive, present_int
 from pgstore.errors import InvalidArgument
 
-__all__ = ["CronSpec", "cron_spec", "next_cron", "next_interval"]
+__all__ = [
+    "CronSpec",
+    "cron_between",
+    "cron_spec",
+    "interval_between",
+    "next_cron",
+    "next_interval",
+]
 
 #: The largest change of a zone's UTC offset the search allows for.
 MAX_OFFSET_SHIFT = timedelta(hours=3)
@@ -142,6 +150,53 @@ def next_cron(spec: CronSpec, after_ms: int) -> int:
     if best > BIGINT_MAX:
         raise InvalidArgument("next occurrence is out of the bigint range", sqlstate="22003")
     return best
+
+
+def cron_between(spec: CronSpec, after_ms: int, until_ms: int) -> list[int]:
+    """Every occurrence of ``spec`` in ``(after_ms, until_ms]``, in order: the instants
+    ``next_cron`` steps through from ``after_ms``, found in one pass over the wall
+    clock (one croniter step per candidate, where each ``next_cron`` call starts a
+    search of its own)."""
+    present_int("after_ms", after_ms)
+    present_int("until_ms", until_ms)
+    if until_ms <= after_ms:
+        return []
+    zone = _zone(spec.tz)
+    frequent = _is_frequent(spec.expr)
+    try:
+        start = _wall(after_ms, zone) - MAX_OFFSET_SHIFT - timedelta(minutes=1)
+        last = _wall(until_ms, zone)
+    except OverflowError as exc:
+        raise InvalidArgument(
+            "cron_between is defined within the supported dates (years 1-9999)",
+            sqlstate="22003",
+        ) from exc
+    stop_after = last + MAX_OFFSET_SHIFT if last < datetime.max - MAX_OFFSET_SHIFT else last
+    found: set[int] = set()
+    candidates = croniter(spec.expr, start)
+    while True:
+        try:
+            naive = candidates.get_next(datetime)
+            if naive > stop_after:
+                break
+            instants = _instants(naive, zone, frequent)
+        except (OverflowError, CroniterBadDateError):
+            break  # no candidate left before year 10000
+        found.update(i for i in instants if after_ms < i <= until_ms)
+    return sorted(found)
+
+
+def interval_between(
+    scheduled_ms: int, interval_ms: int, after_ms: int, until_ms: int
+) -> list[int]:
+    """The grid points ``scheduled_ms + k * interval_ms`` (k >= 1) in ``(after_ms,
+    until_ms]``, in order."""
+    present_int("scheduled_ms", scheduled_ms)
+    positive("interval_ms", interval_ms)
+    present_int("after_ms", after_ms)
+    present_int("until_ms", until_ms)
+    first = next_interval(scheduled_ms, interval_ms, max(after_ms, scheduled_ms))
+    return list(range(first, until_ms + 1, interval_ms))
 
 
 def next_interval(scheduled_ms: int, interval_ms: int, now_ms: int) -> int:

@@ -19,11 +19,16 @@ host. The store's claim is the only coordination:
   the handler raised) and the next occurrence. A rejected complete is logged
   as a stale claim and never retried.
 
-Next occurrences: cron through ``pgstore.runtime.occurrences`` in the task's zone,
-from the later of now and the scheduled time (a host that was down runs a
-missed occurrence once, not once per miss); intervals at a fixed rate from the
-first scheduled time (the next grid point after now: no drift, no catch-up
-storm); a one-shot task leaves a tombstone (``next_run_at`` NULL).
+Next occurrences: cron through ``pgstore.runtime.occurrences`` in the task's zone;
+intervals at a fixed rate from the first scheduled time (grid points: no drift);
+a one-shot task leaves a tombstone (``next_run_at`` NULL). What happens to the
+occurrences missed while no scheduler ran is the schedule's ``catch_up`` policy,
+read from the claimed record and applied by ``pgstore.runtime.catch_up``: ``skip``
+(a missed occurrence, one claimed more than ``catch_up_grace_ms`` late, is
+completed as ``skipped`` without running; then the future), ``once`` (the
+default: one run, then the future) or ``all`` (each missed occurrence, oldest
+first, at most ``catch_up_limit`` of them). A run in progress is never
+overlapped: its lease is held, so nothing claims the schedule until it completes.
 """
 
 from __future__ import annotations
@@ -40,8 +45,16 @@ from typing import Any, Literal, TypeVar, overload
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
-from pgstore.models import ClaimResult, CompletePatch, LastStatus, ScheduleKind
+from pgstore.models import (
+    CATCH_UPS,
+    CatchUp,
+    ClaimResult,
+    CompletePatch,
+    LastStatus,
+    ScheduleKind,
+)
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
+from pgstore.runtime import catch_up as _catch_up
 from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, is_async_callable
 from pgstore.runtime.events import (
@@ -55,7 +68,14 @@ from pgstore.runtime.events import (
     Subscriber,
 )
 from pgstore.runtime.keeper import keep_lease
-from pgstore.runtime.occurrences import CronSpec, cron_spec, next_cron, next_interval
+from pgstore.runtime.occurrences import (
+    CronSpec,
+    cron_between,
+    cron_spec,
+    interval_between,
+    next_cron,
+    next_interval,
+)
 from pgstore.runtime.stores import as_async_schedule_store
 
 __all__ = ["RunContext", "Scheduler", "Task"]
@@ -97,6 +117,7 @@ class Task:
     handler: Handler
     cron: CronSpec | None = None
     period_ms: int | None = None  # the interval, or the one-shot delay
+    catch_up: CatchUp = "once"  # registered with the record; the record's is applied
 
     def first_run_at(self, now: int) -> int:
         """``next_run_at`` for a new (or changed) record registered at ``now``."""
@@ -105,14 +126,34 @@ class Task:
         assert self.period_ms is not None
         return v.add(now, self.period_ms)
 
-    def next_run_at(self, scheduled_at: int, now: int) -> int | None:
-        """The occurrence after the one scheduled at ``scheduled_at``, completed at ``now``."""
+    def next_run_at(
+        self,
+        scheduled_at: int,
+        now: int,
+        catch_up: CatchUp = "once",
+        limit: int = _catch_up.DEFAULT_LIMIT,
+    ) -> int | None:
+        """The occurrence after the one scheduled at ``scheduled_at``, completed at ``now``
+        under the ``catch_up`` policy (``pgstore.runtime.catch_up``)."""
         if self.kind == "once":
             return None
-        if self.cron is not None:
-            return next_cron(self.cron, max(now, scheduled_at))
-        assert self.period_ms is not None
-        return next_interval(scheduled_at, self.period_ms, now)
+        occurrences = self.occurrences(scheduled_at)
+        return _catch_up.next_after(catch_up, occurrences, scheduled_at, now, limit)
+
+    def occurrences(self, scheduled_at: int) -> _catch_up.Occurrences:
+        """The occurrences from ``scheduled_at`` on: the cron expression's, or the
+        interval's grid through ``scheduled_at``."""
+        cron, period = self.cron, self.period_ms
+        if cron is not None:
+            return _catch_up.Occurrences(
+                lambda after: next_cron(cron, after),
+                lambda after, until: cron_between(cron, after, until),
+            )
+        assert period is not None
+        return _catch_up.Occurrences(
+            lambda after: next_interval(scheduled_at, period, after),
+            lambda after, until: interval_between(scheduled_at, period, after, until),
+        )
 
 
 def _milliseconds(param: str, value: object) -> int:
@@ -127,7 +168,11 @@ class Scheduler(Runtime):
     ``owner`` names this process in leases (default ``scheduler@host:pid``).
     ``clock`` (epoch ms) defaults to the store's clock. ``poll_interval`` and
     ``grace_period`` are seconds. ``on_event`` is called with each event
-    (``pgstore.runtime.events``; more with ``subscribe``).
+    (``pgstore.runtime.events``; more with ``subscribe``). ``catch_up_limit`` (1 to
+    10,000, default 100) is how many missed occurrences a schedule with
+    ``catch_up="all"`` runs at most; ``catch_up_grace_ms`` is how late an occurrence
+    may be claimed before a schedule with ``catch_up="skip"`` counts it as missed
+    (default 60 s, or three poll intervals when that is longer).
     """
 
     log = log
@@ -144,6 +189,8 @@ class Scheduler(Runtime):
         grace_period: float = 10.0,
         clock: Clock | None = None,
         on_event: Subscriber | None = None,
+        catch_up_limit: int = _catch_up.DEFAULT_LIMIT,
+        catch_up_grace_ms: int | None = None,
     ) -> None:
         schedules = as_async_schedule_store(store)
         super().__init__(
@@ -157,6 +204,14 @@ class Scheduler(Runtime):
             clock=clock,
             on_event=on_event,
         )
+        self.catch_up_limit = v.positive(
+            "catch_up_limit", catch_up_limit, maximum=_catch_up.MAX_LIMIT
+        )
+        if catch_up_grace_ms is None:
+            catch_up_grace_ms = max(
+                _catch_up.DEFAULT_GRACE_MS, int(3_000 * self.poll_interval)
+            )
+        self.catch_up_grace_ms = v.positive("catch_up_grace_ms", catch_up_grace_ms)
         self.tasks: dict[str, Task] = {}
         self._register = schedules.register
         self._claim_next = schedules.claim_next
@@ -166,41 +221,83 @@ class Scheduler(Runtime):
     # --- declaring tasks -----------------------------------------------------------
 
     @overload
-    def cron(self, id: str, expr: str, *, tz: str = ...) -> Callable[[H], H]: ...
+    def cron(
+        self, id: str, expr: str, *, tz: str = ..., catch_up: CatchUp = ...
+    ) -> Callable[[H], H]: ...
     @overload
-    def cron(self, id: str, expr: str, handler: H, *, tz: str = ...) -> H: ...
+    def cron(
+        self, id: str, expr: str, handler: H, *, tz: str = ..., catch_up: CatchUp = ...
+    ) -> H: ...
 
     def cron(
-        self, id: str, expr: str, handler: Handler | None = None, *, tz: str = "UTC"
+        self,
+        id: str,
+        expr: str,
+        handler: Handler | None = None,
+        *,
+        tz: str = "UTC",
+        catch_up: CatchUp = "once",
     ) -> Any:
         """Run ``handler`` at each occurrence of ``expr`` on ``tz``'s wall clock.
 
         Stored as ``expr``, or ``TZ=<zone> <expr>`` for a zone other than UTC.
+        ``catch_up`` (``skip``, ``once`` or ``all``) is what happens to the occurrences
+        missed while no scheduler ran (docs/catch-up.md).
         """
         spec = cron_spec(expr, tz)
-        return self._declare(id, "cron", spec.stored(), handler, cron=spec)
+        return self._declare(id, "cron", spec.stored(), handler, catch_up, cron=spec)
 
     @overload
-    def every(self, id: str, interval: int | timedelta) -> Callable[[H], H]: ...
+    def every(
+        self, id: str, interval: int | timedelta, *, catch_up: CatchUp = ...
+    ) -> Callable[[H], H]: ...
     @overload
-    def every(self, id: str, interval: int | timedelta, handler: H) -> H: ...
+    def every(
+        self, id: str, interval: int | timedelta, handler: H, *, catch_up: CatchUp = ...
+    ) -> H: ...
 
-    def every(self, id: str, interval: int | timedelta, handler: Handler | None = None) -> Any:
+    def every(
+        self,
+        id: str,
+        interval: int | timedelta,
+        handler: Handler | None = None,
+        *,
+        catch_up: CatchUp = "once",
+    ) -> Any:
         """Run ``handler`` every ``interval`` (ms, or a timedelta) at a fixed rate; the first
-        run is one interval after the task is first registered."""
+        run is one interval after the task is first registered. ``catch_up`` as for
+        ``cron``."""
         period = _milliseconds("interval", interval)
-        return self._declare(id, "interval", str(period), handler, period_ms=period)
+        return self._declare(id, "interval", str(period), handler, catch_up, period_ms=period)
 
     @overload
-    def once(self, id: str, delay: int | timedelta) -> Callable[[H], H]: ...
+    def once(
+        self, id: str, delay: int | timedelta, *, catch_up: CatchUp = ...
+    ) -> Callable[[H], H]: ...
     @overload
-    def once(self, id: str, delay: int | timedelta, handler: H) -> H: ...
+    def once(
+        self, id: str, delay: int | timedelta, handler: H, *, catch_up: CatchUp = ...
+    ) -> H: ...
 
-    def once(self, id: str, delay: int | timedelta, handler: Handler | None = None) -> Any:
+    def once(
+        self,
+        id: str,
+        delay: int | timedelta,
+        handler: Handler | None = None,
+        *,
+        catch_up: CatchUp = "once",
+    ) -> Any:
         """Run ``handler`` once, ``delay`` (ms, or a timedelta) after the task is first
-        registered; afterwards the record is a tombstone and restarts do not run it again."""
+        registered; afterwards the record is a tombstone and restarts do not run it again.
+        ``catch_up="skip"`` leaves the tombstone without running it when it is claimed
+        more than ``catch_up_grace_ms`` late; ``all`` is refused (one occurrence: it
+        would be ``once``)."""
         period = _milliseconds("delay", delay)
-        return self._declare(id, "once", str(period), handler, period_ms=period)
+        if catch_up == "all":
+            raise InvalidArgument(
+                "catch_up of a one-shot task must be skip or once: it has one occurrence"
+            )
+        return self._declare(id, "once", str(period), handler, catch_up, period_ms=period)
 
     def _declare(
         self,
@@ -208,18 +305,22 @@ class Scheduler(Runtime):
         kind: ScheduleKind,
         spec: str,
         handler: Handler | None,
+        catch_up: CatchUp,
         *,
         cron: CronSpec | None = None,
         period_ms: int | None = None,
     ) -> Any:
         v.name("id", id)
+        catch_up = v.one_of("catch_up", catch_up, CATCH_UPS)
         if id in self.tasks:
             raise InvalidArgument(f"task {id!r} is declared twice")
 
         def declare(fn: H) -> H:
             if not callable(fn):
                 raise InvalidArgument(f"handler of task {id!r} must be callable")
-            self.tasks[id] = Task(id, kind, spec, fn, cron=cron, period_ms=period_ms)
+            self.tasks[id] = Task(
+                id, kind, spec, fn, cron=cron, period_ms=period_ms, catch_up=catch_up
+            )
             return fn
 
         return declare if handler is None else declare(handler)
@@ -231,10 +332,10 @@ class Scheduler(Runtime):
         now = await self.now()
         for task in self.tasks.values():
             record = await self._register(
-                task.id, task.kind, task.spec, task.first_run_at(now), now
+                task.id, task.kind, task.spec, task.first_run_at(now), now, task.catch_up
             )
-            log.info("%s: registered %s (%s %s), next run at %s", self.owner, task.id,
-                     task.kind, task.spec, record.next_run_at)
+            log.info("%s: registered %s (%s %s, catch_up %s), next run at %s", self.owner,
+                     task.id, task.kind, task.spec, record.catch_up, record.next_run_at)
             self.emit(Registered(runtime="scheduler", owner=self.owner, task_id=task.id,
                                  kind=task.kind, spec=task.spec,
                                  next_run_at=record.next_run_at))
@@ -261,6 +362,13 @@ class Scheduler(Runtime):
         scheduled = claim.record.next_run_at
         assert scheduled is not None  # claim_due only claims due records
         ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner)
+        catch_up = claim.record.catch_up
+        if not _catch_up.runs(catch_up, scheduled, claimed_at, self.catch_up_grace_ms):
+            log.info("%s: %s token %d (scheduled %s) claimed %d ms late: skipped (catch_up "
+                     "skip)", self.owner, task.id, ctx.fencing_token, scheduled,
+                     claimed_at - scheduled)
+            await self._finish(task, ctx, "skipped", catch_up)
+            return
         started = time.monotonic()
         with tracing.span("pgstore.schedule.run", {
             "pgstore.owner": self.owner, "pgstore.task_id": task.id,
@@ -278,13 +386,20 @@ class Scheduler(Runtime):
             return
         log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id, ctx.fencing_token,
                  time.monotonic() - started, status)
+        await self._finish(task, ctx, status, catch_up)
+
+    async def _finish(
+        self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp
+    ) -> None:
+        """Complete the claim with ``status`` and the next occurrence under ``catch_up``."""
         # complete cannot commit twice (a spent claim answers False), so a failed one
         # (a lost connection) is retried rather than left to the lease's expiry, which
         # would run the occurrence again.
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
                 now = await self.now()
-                patch = CompletePatch(task.next_run_at(scheduled, now), ctx.started_at, status)
+                upcoming = task.next_run_at(ctx.scheduled_at, now, catch_up, self.catch_up_limit)
+                patch = CompletePatch(upcoming, ctx.started_at, status)
                 completed = await self._complete(task.id, ctx.fencing_token, patch, now)
                 break
             except Exception:
@@ -293,8 +408,9 @@ class Scheduler(Runtime):
                               COMPLETE_ATTEMPTS)
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
         else:
-            log.error("%s: %s token %d ran but was not completed; the lease will expire "
-                      "and it may run again", self.owner, task.id, ctx.fencing_token)
+            log.error("%s: %s token %d %s but was not completed; the lease will expire "
+                      "and it may run again", self.owner, task.id, ctx.fencing_token,
+                      "was skipped" if status == "skipped" else "ran")
             self._completed(ctx, "failed", COMPLETE_ATTEMPTS, status, None)
             return
         self._completed(ctx, "completed" if completed else "rejected", attempt, status,
@@ -320,11 +436,13 @@ class Scheduler(Runtime):
                            token=ctx.fencing_token, outcome=outcome, attempts=attempts,
                            status=status, next_run_at=next_run_at))
 
-    async def _run_handler(self, task: Task, ctx: RunContext, anchor: float) -> LastStatus:
+    async def _run_handler(
+        self, task: Task, ctx: RunContext, anchor: float
+    ) -> Literal["ok", "error"]:
         """Run the handler under its keeper; ``error`` when it raised, else ``ok``."""
         work = asyncio.ensure_future(self._call_handler(task, ctx))
         keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
-        status: LastStatus = "ok"
+        status: Literal["ok", "error"] = "ok"
         started = time.monotonic()
 
         def ran(outcome: Literal["ok", "error", "lease_lost", "abandoned"]) -> None:

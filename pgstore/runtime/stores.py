@@ -15,6 +15,7 @@ from typing import cast
 
 from pgstore.models import (
     CancelResult,
+    CatchUp,
     ClaimResult,
     CompletePatch,
     Job,
@@ -68,8 +69,11 @@ class ThreadedScheduleStore:
         spec: str,
         next_run_at: int | None,
         now: int | None = None,
+        catch_up: CatchUp = "once",
     ) -> ScheduleRecord:
-        return await asyncio.to_thread(self.store.register, id, kind, spec, next_run_at, now)
+        return await asyncio.to_thread(
+            self.store.register, id, kind, spec, next_run_at, now, catch_up
+        )
 
     async def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
