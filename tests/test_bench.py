@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-OWN_SECTIONS = ["floors", "ops", "naive", "scale", "hot", "wakeup"]
+OWN_SECTIONS = ["floors", "ops", "naive", "scale", "hot", "wakeup", "retention"]
 OPS = ["claim_due", "renew", "complete", "register_unchanged", "claim_next_100", "job_lease",
        "job_renew", "job_mark_dispatched", "job_cancel"]
 
@@ -100,11 +100,21 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
     assert _positive(res["wakeup"]["notify_cost_us"]["median"]) or \
         res["wakeup"]["notify_cost_us"]["median"] <= 0  # a difference: any sign, but a number
 
+    retention = res["retention"]
+    assert set(retention["cases"]) == {
+        "big_before_purge", "big_after_purge", "big_after_autovacuum", "dead_before_purge",
+        "dead_after_purge", "dead_after_vacuum"}
+    kept, history = retention["kept_rows"], retention["history_rows"]
+    for table in ("big", "dead"):  # the purge keeps the newest `kept` of the history
+        assert retention["purges"][table]["deleted"] == history - kept
+    assert retention["vacuum_after_purge"] in ("autovacuum", "manual")
+
     assert _check_ratios(doc) > 30
     names = [t["name"] for t in doc["targets"]]
     assert any(n.startswith("claim_due (sql)") for n in names)
     assert any(n.startswith("naive") for n in names)
     assert any(n.startswith("claims HOT share") for n in names)
+    assert any(n.startswith("job_lease with") for n in names)
     for target in doc["targets"]:
         assert _positive(target["measured"]), target
         assert target["met"] in (True, False), target

@@ -323,6 +323,13 @@ def test_two_registries_are_independent() -> None:
     assert b is not a
     with pytest.raises(ValueError, match="Duplicated"):
         RuntimeMetrics(first)  # one per registry
+    a.unregister()
+    again = RuntimeMetrics(first)  # the names are free again
+    assert first.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) is None
+    again(ev.Claim(runtime="dispatcher", owner="d", outcome="empty"))
+    assert first.get_sample_value(
+        "pgstore_claims_total", {"runtime": "dispatcher", "outcome": "empty"}) == 1
 
 
 # --- pgstore run --metrics-port ------------------------------------------------------
@@ -393,3 +400,40 @@ def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
         cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "usage:" in done.stderr
+
+
+def test_a_job_that_fails_for_good_is_counted_and_shown_as_failed(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    registry, url = served
+    metrics = RuntimeMetrics(registry)
+    store = PgJobStore(pgstore_database, schema=pgstore_schema)
+    registry.register(StoreStatsCollector(store.stats))
+    store.schedule("doomed", store.now_ms() - 1, max_attempts=2)
+    store.schedule("fine", store.now_ms() - 1)
+    assert value(scrape(url), "pgstore_jobs_failed") == 0
+
+    def dispatch(job: Job) -> str:
+        if job.run_id == "doomed":
+            raise ConnectionError("provider down")
+        return "bot"
+
+    d = Dispatcher(store, dispatch, holder="d1", poll_interval=0.02, listen=False,
+                   backoff=Backoff(base_ms=1, max_ms=1, jitter=0))
+    metrics.observe(d)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(d.run(handle_signals=False))
+        await _until("the job failed for good", lambda: value(
+            scrape(url), "pgstore_releases_total", outcome="failed") == 1)
+        d.stop()
+        await task
+
+    asyncio.run(main())
+    page = scrape(url)
+    store.close()
+    assert value(page, "pgstore_releases_total", outcome="released") == 1  # attempt 1 of 2
+    assert value(page, "pgstore_releases_total", outcome="failed") == 1
+    assert value(page, "pgstore_jobs_failed") == 1
+    assert value(page, "pgstore_jobs", state="dispatched") == 1
+    assert value(page, "pgstore_jobs", state="due") == 0  # a failed job is not due

@@ -16,7 +16,9 @@ under ``.pgdata/bench``), inside that database, in schemas named
    cost of job_schedule's NOTIFY;
 8. ``ha``: each store operation with a streaming standby of our own on this
    machine (asynchronous, synchronous, ``remote_apply``) against none, and the
-   failover floor of ``pgstore_0007`` against the ``pgstore_0006`` functions.
+   failover floor of ``pgstore_0007`` against the ``pgstore_0006`` functions;
+9. ``retention``: job_lease with ``--retention-rows`` finished jobs of history
+   against 1,000, before and after a purge, vacuumed and never vacuumed.
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -110,6 +112,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hot-cycles", type=_positive,
                    help="claim/complete cycles and leased jobs (default 100000)")
     p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")
+    p.add_argument("--retention-rows", type=_positive,
+                   help="finished jobs of history in the retention section (default 1000000)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png")
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
                    help="measure nothing: redraw the table, results.md and chart.png of a"
@@ -125,8 +129,9 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.scale_rows, cfg.scale_due = 3_000, 200
         cfg.peer_jobs, cfg.peer_repeats, cfg.workers = 300, 1, (1, 2)
         cfg.hot_cycles, cfg.hot_schedules, cfg.wakeup_samples = 1_000, 100, 3
+        cfg.retention_rows, cfg.retention_small = 5_000, 200
     for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_repeats",
-                 "workers", "peer_systems", "hot_cycles", "wakeup_samples"):
+                 "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -140,11 +145,13 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     from pgstore.bench._hot import run_hot
     from pgstore.bench._ops import run_floors, run_naive, run_ops
     from pgstore.bench._peers import run_peers
+    from pgstore.bench._retention import run_retention
     from pgstore.bench._scale import run_scale
     from pgstore.bench._wakeup import run_wakeup
 
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
-            "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha}
+            "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
+            "retention": run_retention}
 
 
 def write(doc: dict[str, Any], out: Path, chart: bool = True,

@@ -26,7 +26,8 @@ from pgstore.schema.objects import load
 #: Every schema a benchmark creates starts with this.
 PREFIX = "pgstore_bench_"
 
-SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha")
+SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha",
+            "retention")
 
 Conn = psycopg.Connection[Any]
 
@@ -49,6 +50,8 @@ class Settings:
     hot_cycles: int = 100_000
     hot_schedules: int = 1_000
     wakeup_samples: int = 30
+    retention_rows: int = 1_000_000
+    retention_small: int = 1_000
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

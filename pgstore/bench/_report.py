@@ -74,6 +74,16 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
                     f"{op} pgstore_0007 / pgstore_0006, no standby, synchronous_commit {level}",
                     by["0007"][op]["ratio"]["median"], "<=", by["0006b"][op]["ratio"]["max"],
                     "bound: the largest 0006 / 0006 ratio of the run"))
+    retention = results.get("retention")
+    if retention:
+        rows = f"{retention['history_rows']:,}"
+        for case, what in (("big_before_purge", f"{rows} finished jobs"),
+                           ("big_after_autovacuum", f"{rows} finished, purged, vacuumed")):
+            c = retention["cases"][case]
+            out.append(_target(f"job_lease with {what} / {retention['kept_rows']:,}",
+                               c["ratio"]["median"], "<=", 1.1))
+            out.append(_target(f"job_lease buffers with {what} / {retention['kept_rows']:,}",
+                               c["buffers"]["other"] / max(c["buffers"]["small"], 1), "<=", 1.1))
     return out
 
 
@@ -163,6 +173,23 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                              f"{b['indexes'] // 1024} → {a['indexes'] // 1024} KiB"])
         out.append(("Write amplification: HOT share; heap and index sizes before → after",
                     ["variant", "HOT share", "heap", "indexes"], rows))
+    retention = results.get("retention")
+    if retention:
+        from pgstore.bench._retention import CASE_LABELS
+
+        rows = [[CASE_LABELS.get(name, name), _us(c["small_us"]), _us(c["other_us"]),
+                 _x(c["ratio"]), f"{c['buffers']['other']} / {c['buffers']['small']}"]
+                for name, c in retention["cases"].items()]
+        for name, p in retention["purges"].items():
+            rows.append([f"job_purge of the {name} table: {p['deleted']:,} jobs in "
+                         f"{p['calls']} calls", f"{p['seconds']} s",
+                         f"{p['jobs_per_s'] or 0:,} jobs/s", "", ""])
+        out.append((f"Retention: job_lease with {retention['history_rows']:,} finished jobs"
+                    f" against {retention['kept_rows']:,} (the purge keeps the newest"
+                    f" {retention['kept_rows']:,}; vacuum after it: "
+                    f"{retention['vacuum_after_purge']})",
+                    ["case", f"at {retention['kept_rows']:,}", "this table", "ratio",
+                     "buffers per lease (this / small)"], rows))
     wake = results.get("wakeup")
     if wake:
         rows = [["schedule → dispatch latency (idle dispatcher, 60 s poll)",

@@ -204,22 +204,34 @@ def _size(v: Variant) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+def lease_statement(conn: Conn, s: str, now: int = NOW) -> str:
+    """The UPDATE of the job_lease installed in schema ``s`` (quoted), at ``now``, with
+    literal values; run it with ``search_path`` at ``s`` (inside a transaction:
+    ``SET LOCAL search_path`` first). Read from the function, so it never drifts."""
+    from pgstore.bench.plan_1m import VARIABLE
+    from pgstore.bench.plan_1m import lease_statement as installed
+
+    conn.execute(f"SET LOCAL search_path = {s}".encode())
+    values = {"p_holder": "'explain'", "v_now": str(now), "v_until": str(now + 60000)}
+    return VARIABLE.sub(lambda m: values[m.group(0)], installed(conn))
+
+
 def _plan(v: Variant, what: str) -> list[str]:
     """EXPLAIN (ANALYZE, BUFFERS) of the statement inside the function, rolled back."""
     s = v.s
+    v.conn.execute(b"BEGIN")
+    try:
+        return _explain(v, what, s)
+    finally:
+        v.conn.execute(b"ROLLBACK")
+
+
+def _explain(v: Variant, what: str, s: str) -> list[str]:
     if what == "job_lease":
-        stmt = (f"UPDATE {s}.jobs j SET lease_holder = 'explain', lease_until = {NOW + 60000}"
-                f" WHERE j.run_id = (SELECT c.run_id FROM {s}.jobs c WHERE NOT c.dispatched"
-                f" AND NOT c.cancelled AND c.dispatch_at <= {NOW} AND (c.lease_until IS NULL"
-                f" OR c.lease_until <= {NOW}) ORDER BY c.dispatch_at, c.run_id LIMIT 1"
-                f" FOR UPDATE SKIP LOCKED) RETURNING j.*")
+        stmt = lease_statement(v.conn, s)
     else:
         stmt = (f"SELECT c.id FROM {s}.schedules c WHERE c.next_run_at IS NOT NULL AND"
                 f" c.next_run_at <= {NOW} AND (c.lease_until IS NULL OR c.lease_until <= {NOW})"
                 f" ORDER BY c.next_run_at, c.id LIMIT 100 FOR UPDATE SKIP LOCKED")
-    v.conn.execute(b"BEGIN")
-    try:
-        rows = v.conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {stmt}".encode()).fetchall()
-    finally:
-        v.conn.execute(b"ROLLBACK")
+    rows = v.conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {stmt}".encode()).fetchall()
     return [str(r[0]) for r in rows]

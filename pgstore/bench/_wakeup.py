@@ -41,7 +41,7 @@ def _silent_copy(conn: Conn, schema: str) -> bool:
     """Create ``job_schedule_silent``: ``job_schedule`` without its notification."""
     row = conn.execute(
         "SELECT pg_get_functiondef(%s::regprocedure)",
-        (f"{ident(schema)}.job_schedule(text, bigint)",),
+        (f"{ident(schema)}.job_schedule(text, bigint, integer)",),
     ).fetchone()
     assert row is not None
     body = str(row[0])

@@ -201,7 +201,8 @@ class _Metrics:
                            "pip install 'pgstore[metrics]'") from None
         self._poll: Callable[[], Awaitable[None]] | None = None
         self._registry = REGISTRY
-        self._unsubscribe = metrics.RuntimeMetrics(REGISTRY).observe(runtime)
+        self._counters = metrics.RuntimeMetrics(REGISTRY)
+        self._unsubscribe = self._counters.observe(runtime)
         stats = getattr(runtime.store, "stats", None)
         self._collector: metrics.StoreStatsCollector | None = None
         if stats is not None:
@@ -233,6 +234,7 @@ class _Metrics:
             server.shutdown()
             server.server_close()
         self._unsubscribe()
+        self._counters.unregister()
         if self._collector is not None:
             self._registry.unregister(self._collector)
 

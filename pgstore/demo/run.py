@@ -325,6 +325,8 @@ class Demo:
         """Save every live worker's metrics page, scraped over HTTP, under ``metrics/``."""
         folder = self.out / "metrics"
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.txt"):  # a previous run's pages (a worker killed this time)
+            old.unlink()
         db = Observer(self.dsn)
         try:
             urls = db.rows("SELECT process, detail FROM {trace}.events WHERE kind = 'metrics'")

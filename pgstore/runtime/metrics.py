@@ -71,6 +71,8 @@ class RuntimeMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY,
                  *, namespace: str = "pgstore") -> None:
+        self._registry = registry
+
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
             return Counter(name, doc, labels, namespace=namespace, registry=registry)
 
@@ -142,6 +144,17 @@ class RuntimeMetrics:
             self.releases.labels(outcome)
         for outcome in ("ok", "error"):
             self.purges.labels(outcome)
+
+    def unregister(self) -> None:
+        """Take every series of this instance out of its registry (a later
+        ``RuntimeMetrics`` may register the names again)."""
+        if self._registry is None:
+            return
+        for metric in (self.claims, self.renews, self.completes, self.refusals,
+                       self.leases_lost, self.recalls, self.releases, self.connection_losses,
+                       self.reconnects, self.purges, self.purged, self.lateness, self.handler):
+            self._registry.unregister(metric)
+        self._registry = None
 
     def observe(self, runtime: Runtime) -> Callable[[], None]:
         """Count ``runtime``'s events from now on (its kind's series start at 0); returns
@@ -234,17 +247,18 @@ class StoreStatsCollector(Collector):
         recalled = GaugeMetricFamily(p + "jobs_recalled",
                                      "Dispatched jobs cancelled meanwhile (bots recalled).")
         failed = GaugeMetricFamily(p + "jobs_failed",
-                                   "Jobs that failed for good (where the schema records it).")
+                                   "Jobs that failed for good: their last attempt spent "
+                                   "(pgstore retry revives one).")
         job_age = GaugeMetricFamily(
             p + "oldest_due_job_age_seconds",
             "Seconds the oldest due job has waited past its dispatch_at (0: none due).")
         schedule_age = GaugeMetricFamily(
             p + "oldest_due_schedule_age_seconds",
             "Seconds the longest-claimable schedule has been due (0: none due).")
-        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, job_age,
-                                  schedule_age]
+        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, failed,
+                                  job_age, schedule_age]
         if not samples:
-            return [*families, failed]
+            return families
         up.add_metric([], 0 if stats is None else 1)
         took.add_metric([], seconds)
         if stats is None:
@@ -262,10 +276,7 @@ class StoreStatsCollector(Collector):
         recalled.add_metric([], stats.jobs_recalled)
         job_age.add_metric([], _age(stats.now, stats.oldest_due_job_at))
         schedule_age.add_metric([], _age(stats.now, stats.oldest_due_schedule_since))
-        jobs_failed = getattr(stats, "jobs_failed", None)  # a schema revision adds it
-        if isinstance(jobs_failed, int):
-            failed.add_metric([], jobs_failed)
-            families.append(failed)
+        failed.add_metric([], stats.jobs_failed)
         return families
 
 
