@@ -25,7 +25,9 @@ has it; while the primary is alone (``wait_primary``) it commits asynchronously.
 
 What a trial can do with a ``Formation``: read ``uri()`` (``pg_autoctl show uri
 --formation default``), ``state()``, ``primary()``, ``wait_healthy()`` (a primary
-and a secondary), ``perform_failover()`` (``pg_autoctl perform failover``), and
+and a secondary), ``set_synchronous(False)`` (``pg_autoctl set node
+replication-quorum false`` on both nodes: asynchronous replication),
+``perform_failover()`` (``pg_autoctl perform failover``), and
 ``kill(node)`` (SIGKILL to the node's ``pg_autoctl`` and every process under it,
 postgres included). Every process started is killed when the context exits.
 """
@@ -303,6 +305,23 @@ class Formation:
     def node_dsn(self, node: Service) -> str:
         return (f"host=127.0.0.1 port={node.port} user={self.superuser} dbname=postgres"
                 " connect_timeout=5")
+
+    def set_synchronous(self, on: bool) -> None:
+        """Every node's ``replication-quorum``: true (pg_auto_failover's default, the
+        primary waits for the secondary) or false (asynchronous); returns once the
+        primary's ``synchronous_standby_names`` says so."""
+        for node in self.nodes.values():
+            self.run("set", "node", "replication-quorum", "--pgdata", str(node.data),
+                     "true" if on else "false")
+        self.wait_healthy()  # the primary goes through apply_settings
+        primary = self.node_dsn(self.primary())
+
+        def applied() -> bool:
+            with psycopg.connect(primary, autocommit=True) as conn:
+                row = conn.execute(b"SHOW synchronous_standby_names").fetchone()
+            return row is not None and bool(row[0]) == on
+
+        wait_for(applied, f"synchronous_standby_names to be {'set' if on else 'empty'}")
 
     # --- failing over -------------------------------------------------------------
 
