@@ -27,7 +27,8 @@ What a trial can do with a ``Formation``: read ``uri()`` (``pg_autoctl show uri
 --formation default``), ``state()``, ``primary()``, ``wait_healthy()`` (a primary
 and a secondary), ``set_synchronous(False)`` (``pg_autoctl set node
 replication-quorum false`` on both nodes: asynchronous replication),
-``perform_failover()`` (``pg_autoctl perform failover``), and
+``perform_failover()`` (``pg_autoctl perform failover``), ``stall_replication(node)``
+(SIGSTOP to the primary's WAL senders, so what it commits alone is lost), and
 ``kill(node)`` (SIGKILL to the node's ``pg_autoctl`` and every process under it,
 postgres included). Every process started is killed when the context exits.
 """
@@ -332,6 +333,16 @@ class Formation:
 
     def kill(self, node: Service) -> None:
         node.kill()
+
+    def stall_replication(self, node: Service) -> int:
+        """SIGSTOP to every WAL sender of ``node`` (the primary): from here on, what it
+        commits without waiting for a standby reaches none. Returns how many were
+        stopped; they stay stopped until ``kill(node)`` (SIGKILL ends stopped processes)."""
+        with psycopg.connect(self.node_dsn(node), autocommit=True) as conn:
+            pids = [r[0] for r in conn.execute(b"SELECT pid FROM pg_stat_replication").fetchall()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return len(pids)
 
     def stop(self) -> None:
         """Every process we started, and everything under it, killed."""
