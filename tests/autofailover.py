@@ -42,7 +42,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -52,7 +51,7 @@ from typing import Any
 
 import psycopg
 
-from pgstore.testing_ha import free_port, server_user, wait_for
+from pgstore.testing_ha import free_port, server_directory, wait_for
 
 #: The monitor's settings: health checks every second, a node unhealthy after 2 s
 #: without a report, a dead primary given up on after 3 s (defaults: 5 s, 20 s, 30 s).
@@ -362,15 +361,7 @@ def formation() -> Iterator[Formation]:
     found = autoctl_binaries()
     if found is None:
         raise RuntimeError("pg_autoctl or a PostgreSQL with the pgautofailover extension is missing")
-    user = server_user()
-    with tempfile.TemporaryDirectory(prefix="pgstore-autofailover-") as tmp:
-        root = Path(tmp)
-        os.chmod(root, 0o755)
-        if user is not None:
-            import pwd
-
-            entry = pwd.getpwnam(user)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
+    with server_directory("pgstore-autofailover-") as (root, user):
         built = Formation(root, *found, user)
         try:
             try:
@@ -380,5 +371,3 @@ def formation() -> Iterator[Formation]:
             yield built
         finally:
             built.stop()
-            time.sleep(0.1)
-            shutil.rmtree(root, ignore_errors=True)
