@@ -22,6 +22,7 @@ from pgstore import (
     PgScheduleStore,
 )
 from pgstore.runtime import catch_up
+from pgstore.runtime.events import Complete, HandlerRun
 from pgstore.runtime.occurrences import (
     cron_between,
     cron_spec,
@@ -266,6 +267,27 @@ def test_cron_all_runs_the_missed_occurrences_in_order_through_dst_then_the_futu
     half = [-at for at in runs if at < 0]
     assert half == sorted(half) and len(half) == 4 and half[-1] == utc_ms(2026, 10, 28, 1)
     assert present(store.get("daily")).next_run_at == utc_ms(2026, 10, 28, 1, 30)
+
+
+def test_a_skipped_occurrence_is_a_complete_event_without_a_handler_run() -> None:
+    store, clock = MemoryScheduleStore(), FakeClock(0)
+    events: list[Any] = []
+    sched = _scheduler(store, clock, on_event=events.append, catch_up_grace_ms=1_000)
+    sched.every("tick", 1_000, lambda: None, catch_up="skip")
+
+    async def main() -> None:
+        await sched.start()
+        clock.set(2_500)  # 1,000 is 1.5 s late: skipped
+        await _settle(sched)
+        clock.set(3_200)  # 3,000 is 200 ms late: runs
+        await _settle(sched)
+
+    run(main())
+    completes = [e for e in events if isinstance(e, Complete)]
+    assert [(e.token, e.outcome, e.status, e.next_run_at) for e in completes] == [
+        (1, "completed", "skipped", 3_000), (2, "completed", "ok", 4_000)
+    ]
+    assert [e.token for e in events if isinstance(e, HandlerRun)] == [2]
 
 
 def test_a_one_shot_with_skip_missed_is_a_tombstone_never_run() -> None:
