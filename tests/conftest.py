@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,6 +29,12 @@ from tests.xdist_groups import (  # the suite's spread over xdist workers: its h
 )
 from tests.xdist_groups import pytest_configure as pytest_configure
 from tests.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment,
+# where a serial run has whatever the shell exported (usually nothing). The CLI cuts
+# its tables to COLUMNS, so the CLI tests set it themselves when they want a width.
+for _variable in ("COLUMNS", "LINES"):
+    os.environ.pop(_variable, None)
 
 #: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
 #: database through the session's pgbouncer in transaction pooling mode (the schema is

@@ -71,6 +71,7 @@ from pgstore import (
     PgScheduleStore,
     ScheduleRecord,
 )
+from pgstore.postgres import rows
 from pgstore.testing import TEST_DSN_VARIABLE, install_schema
 
 pytestmark = pytest.mark.slow
@@ -520,13 +521,9 @@ class Tables:
 
 def read_tables(dsn: str) -> Tables:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        schedules = {
-            row[0]: ScheduleRecord(*row)
-            for row in conn.execute(
-                f"SELECT id, kind, spec, next_run_at, last_run_at, last_status, fencing_token,"
-                f" lease_owner, lease_until, updated_at FROM {SCHEMA}.schedules"
-            ).fetchall()
-        }
+        cur = conn.execute(f"SELECT * FROM {SCHEMA}.schedules")
+        columns = tuple(column.name for column in cur.description or ())
+        schedules = {r.id: r for r in rows.schedule_records(cur.fetchall(), columns)}
         fences: dict[str, int] = dict(
             conn.execute(f"SELECT id, fencing_token FROM {SCHEMA}.schedule_fences").fetchall()
         )
