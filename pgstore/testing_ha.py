@@ -374,15 +374,11 @@ class Pair:
 
 
 @contextmanager
-def ha_pair(names: tuple[str, str] = ("node_a", "node_b")) -> Iterator[Pair]:
-    """A primary and a streaming asynchronous standby, stopped and removed on exit."""
-    dirs = bin_dirs()
-    if not dirs:
-        raise RuntimeError(f"no directory holds all of {', '.join(BINARIES)}")
+def server_directory(prefix: str) -> Iterator[tuple[Path, str | None]]:
+    """A temporary directory the servers' user (``server_user()``: None for us) owns,
+    and that user; removed on exit."""
     user = server_user()
-    for d in dirs:
-        _make_traversable(d, user)
-    with tempfile.TemporaryDirectory(prefix="pgstore-ha-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)
         if user is not None:
@@ -390,6 +386,21 @@ def ha_pair(names: tuple[str, str] = ("node_a", "node_b")) -> Iterator[Pair]:
 
             entry = pwd.getpwnam(user)
             os.chown(root, entry.pw_uid, entry.pw_gid)
+        try:
+            yield root, user
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def ha_pair(names: tuple[str, str] = ("node_a", "node_b")) -> Iterator[Pair]:
+    """A primary and a streaming asynchronous standby, stopped and removed on exit."""
+    dirs = bin_dirs()
+    if not dirs:
+        raise RuntimeError(f"no directory holds all of {', '.join(BINARIES)}")
+    with server_directory("pgstore-ha-") as (root, user):
+        for d in dirs:
+            _make_traversable(d, user)
         primary = Node(names[0], dirs[0], root, user)
         standby = Node(names[1], dirs[0], root, user)
         pair = Pair(primary, standby)
@@ -406,4 +417,3 @@ def ha_pair(names: tuple[str, str] = ("node_a", "node_b")) -> Iterator[Pair]:
             yield pair
         finally:
             pair.stop()
-            shutil.rmtree(root, ignore_errors=True)

@@ -25,7 +25,10 @@ has it; while the primary is alone (``wait_primary``) it commits asynchronously.
 
 What a trial can do with a ``Formation``: read ``uri()`` (``pg_autoctl show uri
 --formation default``), ``state()``, ``primary()``, ``wait_healthy()`` (a primary
-and a secondary), ``perform_failover()`` (``pg_autoctl perform failover``), and
+and a secondary), ``set_synchronous(False)`` (``pg_autoctl set node
+replication-quorum false`` on both nodes: asynchronous replication),
+``perform_failover()`` (``pg_autoctl perform failover``), ``stall_replication(node)``
+(SIGSTOP to the primary's WAL senders, so what it commits alone is lost), and
 ``kill(node)`` (SIGKILL to the node's ``pg_autoctl`` and every process under it,
 postgres included). Every process started is killed when the context exits.
 """
@@ -39,7 +42,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -49,7 +51,7 @@ from typing import Any
 
 import psycopg
 
-from pgstore.testing_ha import free_port, server_user, wait_for
+from pgstore.testing_ha import free_port, server_directory, wait_for
 
 #: The monitor's settings: health checks every second, a node unhealthy after 2 s
 #: without a report, a dead primary given up on after 3 s (defaults: 5 s, 20 s, 30 s).
@@ -304,6 +306,23 @@ class Formation:
         return (f"host=127.0.0.1 port={node.port} user={self.superuser} dbname=postgres"
                 " connect_timeout=5")
 
+    def set_synchronous(self, on: bool) -> None:
+        """Every node's ``replication-quorum``: true (pg_auto_failover's default, the
+        primary waits for the secondary) or false (asynchronous); returns once the
+        primary's ``synchronous_standby_names`` says so."""
+        for node in self.nodes.values():
+            self.run("set", "node", "replication-quorum", "--pgdata", str(node.data),
+                     "true" if on else "false")
+        self.wait_healthy()  # the primary goes through apply_settings
+        primary = self.node_dsn(self.primary())
+
+        def applied() -> bool:
+            with psycopg.connect(primary, autocommit=True) as conn:
+                row = conn.execute(b"SHOW synchronous_standby_names").fetchone()
+            return row is not None and bool(row[0]) == on
+
+        wait_for(applied, f"synchronous_standby_names to be {'set' if on else 'empty'}")
+
     # --- failing over -------------------------------------------------------------
 
     def perform_failover(self) -> None:
@@ -313,6 +332,16 @@ class Formation:
 
     def kill(self, node: Service) -> None:
         node.kill()
+
+    def stall_replication(self, node: Service) -> int:
+        """SIGSTOP to every WAL sender of ``node`` (the primary): from here on, what it
+        commits without waiting for a standby reaches none. Returns how many were
+        stopped; they stay stopped until ``kill(node)`` (SIGKILL ends stopped processes)."""
+        with psycopg.connect(self.node_dsn(node), autocommit=True) as conn:
+            pids = [r[0] for r in conn.execute(b"SELECT pid FROM pg_stat_replication").fetchall()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return len(pids)
 
     def stop(self) -> None:
         """Every process we started, and everything under it, killed."""
@@ -332,15 +361,7 @@ def formation() -> Iterator[Formation]:
     found = autoctl_binaries()
     if found is None:
         raise RuntimeError("pg_autoctl or a PostgreSQL with the pgautofailover extension is missing")
-    user = server_user()
-    with tempfile.TemporaryDirectory(prefix="pgstore-autofailover-") as tmp:
-        root = Path(tmp)
-        os.chmod(root, 0o755)
-        if user is not None:
-            import pwd
-
-            entry = pwd.getpwnam(user)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
+    with server_directory("pgstore-autofailover-") as (root, user):
         built = Formation(root, *found, user)
         try:
             try:
@@ -350,5 +371,3 @@ def formation() -> Iterator[Formation]:
             yield built
         finally:
             built.stop()
-            time.sleep(0.1)
-            shutil.rmtree(root, ignore_errors=True)

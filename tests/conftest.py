@@ -23,6 +23,11 @@ from pgstore import (
 from pgstore.protocols import JobStore, ScheduleStore
 from pgstore.testing import PgBouncer
 from tests.sync_stores import sync_job_store, sync_schedule_store
+from tests.xdist_groups import (  # the suite's spread over xdist workers: its hooks
+    pytest_collection_modifyitems as pytest_collection_modifyitems,
+)
+from tests.xdist_groups import pytest_configure as pytest_configure
+from tests.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 
 #: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
 #: database through the session's pgbouncer in transaction pooling mode (the schema is

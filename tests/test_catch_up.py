@@ -5,6 +5,7 @@ runs on every store kind."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from pgstore import (
     PgScheduleStore,
 )
 from pgstore.runtime import catch_up
+from pgstore.runtime.events import Complete, HandlerRun
 from pgstore.runtime.occurrences import (
     cron_between,
     cron_spec,
@@ -267,6 +269,27 @@ def test_cron_all_runs_the_missed_occurrences_in_order_through_dst_then_the_futu
     assert present(store.get("daily")).next_run_at == utc_ms(2026, 10, 28, 1, 30)
 
 
+def test_a_skipped_occurrence_is_a_complete_event_without_a_handler_run() -> None:
+    store, clock = MemoryScheduleStore(), FakeClock(0)
+    events: list[Any] = []
+    sched = _scheduler(store, clock, on_event=events.append, catch_up_grace_ms=1_000)
+    sched.every("tick", 1_000, lambda: None, catch_up="skip")
+
+    async def main() -> None:
+        await sched.start()
+        clock.set(2_500)  # 1,000 is 1.5 s late: skipped
+        await _settle(sched)
+        clock.set(3_200)  # 3,000 is 200 ms late: runs
+        await _settle(sched)
+
+    run(main())
+    completes = [e for e in events if isinstance(e, Complete)]
+    assert [(e.token, e.outcome, e.status, e.next_run_at) for e in completes] == [
+        (1, "completed", "skipped", 3_000), (2, "completed", "ok", 4_000)
+    ]
+    assert [e.token for e in events if isinstance(e, HandlerRun)] == [2]
+
+
 def test_a_one_shot_with_skip_missed_is_a_tombstone_never_run() -> None:
     store, clock = MemoryScheduleStore(), FakeClock(0)
     sched = _scheduler(store, clock, catch_up_grace_ms=1_000)
@@ -424,3 +447,56 @@ def test_each_policy_after_downtime_on_every_store_kind(
         "all": ("all", "ok", hour[5]), "once": ("once", "ok", hour[5]),
         "skip": ("skip", "skipped", hour[5]),
     }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", POLICIES)
+def test_slow_runs_are_never_overlapped_by_parallel_schedulers_on_postgres(
+    policy: CatchUp, pgstore_database: str, pgstore_schema: str
+) -> None:
+    """Three schedulers, each on its own connections, in real parallel, on a task due
+    every 40 ms whose runs take 150 ms: at no instant do two runs of it overlap, no
+    occurrence runs twice, and the occurrences run in order. ``all`` keeps catching up
+    (several runs per period's worth of backlog), ``once`` and ``skip`` go on with the
+    future."""
+    lock = threading.Lock()
+    active, most = [0], [0]
+    runs: list[tuple[int, int]] = []
+
+    async def slow(ctx: RunContext) -> None:
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+            runs.append((ctx.scheduled_at, ctx.fencing_token))
+        await asyncio.sleep(0.15)
+        with lock:
+            active[0] -= 1
+
+    async def main() -> None:
+        stores = [AsyncPgScheduleStore(pgstore_database, schema=pgstore_schema)
+                  for _ in range(3)]
+        schedulers = []
+        for n, store in enumerate(stores):
+            s = Scheduler(store, owner=f"host-{n}", lease_ms=5_000, poll_interval=0.01,
+                          grace_period=2.0, catch_up_limit=5, catch_up_grace_ms=30)
+            s.every(f"slow-{policy}", 40, slow, catch_up=policy)
+            schedulers.append(s)
+        tasks = [asyncio.ensure_future(s.run()) for s in schedulers]
+        await asyncio.sleep(2.5)
+        for s in schedulers:
+            s.stop()
+        await asyncio.gather(*tasks)
+        for store in stores:
+            await store.close()
+
+    run(main())
+    assert most[0] == 1, "two runs of one schedule overlapped"
+    scheduled = [at for at, _ in runs]
+    assert len(set(scheduled)) == len(scheduled) and scheduled == sorted(scheduled)
+    tokens = [token for _, token in runs]
+    assert tokens == sorted(tokens)
+    assert len(runs) >= 5, runs
+    gaps = {b - a for a, b in itertools.pairwise(scheduled)}
+    assert all(g % 40 == 0 for g in gaps), gaps  # on the grid
+    if policy == "all":
+        assert 40 in gaps  # caught up occurrence by occurrence

@@ -161,6 +161,7 @@ def test_a_backend_terminated_behind_pgbouncer(
         while True:
             row = admin.execute(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"  # not another session's (xdist worker's)
                 " AND query LIKE '%schedule_claim_due%'"
             ).fetchone()
             if row is not None or time.monotonic() > deadline:

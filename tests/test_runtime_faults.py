@@ -375,7 +375,11 @@ def test_an_outage_during_the_mark_ends_in_recalls_not_bots_left_behind(
         else:
             assert f"d1: {run_id}: lease taken by another holder; recalling d1-{run_id}" \
                 in caplog.text
-    assert "d1: mark_dispatched of meeting-0 failed (attempt 6," in caplog.text
+    # The retries run 0.2 s pool timeouts 0.2, 0.4, 0.8, 1.6 s apart: the 4th attempt starts
+    # 2 s after the first, past the 1.5 s lease, and 3 s before the outage ends on a quiet
+    # machine. Later attempts may land after it, and whether those fail depends on how soon
+    # the pool reconnects (and on the machine's load), so the bound stops at the 4th.
+    assert "d1: mark_dispatched of meeting-0 failed (attempt 4," in caplog.text
     assert "d1: meeting-1 lease lost (expired)" in caplog.text
     assert "not recorded within mark_timeout" not in caplog.text
 

@@ -123,11 +123,13 @@ def spread_pct(stat: dict[str, Any]) -> float:
 
 
 class Timer:
-    """Sums the time of the calls it times; setup between them is not counted."""
+    """Times the calls it times (setup between them is not counted): their mean, and
+    their median (what a call stalled by another process does not move)."""
 
     def __init__(self) -> None:
         self.total_ns = 0
         self.calls = 0
+        self.ns: list[int] = []
 
     @contextmanager
     def timing(self) -> Iterator[None]:
@@ -135,12 +137,18 @@ class Timer:
         try:
             yield
         finally:
-            self.total_ns += time.perf_counter_ns() - start
+            took = time.perf_counter_ns() - start
+            self.total_ns += took
             self.calls += 1
+            self.ns.append(took)
 
     @property
     def mean_us(self) -> float:
         return self.total_ns / 1000 / max(self.calls, 1)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.ns) / 1000 if self.ns else 0.0
 
 
 def embedded_server() -> AbstractContextManager[str]:

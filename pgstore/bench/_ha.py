@@ -33,15 +33,13 @@ the result is the median of the repeats with their min and max.
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from pgstore.bench._common import (
     Conn,
     Settings,
+    Timer,
     connect,
     drop_schema,
     fresh_store_schema,
@@ -67,25 +65,6 @@ STEP_MS = 1_000  # the clock moves past a lease at every call: every claim claim
 IDS = 1_000
 JOB_NOW = 10**13
 JOB_TTL = 10**9
-
-
-class Timer:
-    """Every timed call's duration, for the median."""
-
-    def __init__(self) -> None:
-        self.ns: list[int] = []
-
-    @contextmanager
-    def timing(self) -> Iterator[None]:
-        start = time.perf_counter_ns()
-        try:
-            yield
-        finally:
-            self.ns.append(time.perf_counter_ns() - start)
-
-    @property
-    def median_us(self) -> float:
-        return statistics.median(self.ns) / 1000
 
 
 class SqlOps:

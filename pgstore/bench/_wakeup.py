@@ -39,9 +39,11 @@ FAR = 9 * 10**15
 
 def _silent_copy(conn: Conn, schema: str) -> bool:
     """Create ``job_schedule_silent``: ``job_schedule`` without its notification."""
-    row = conn.execute(
-        "SELECT pg_get_functiondef(%s::regprocedure)",
-        (f"{ident(schema)}.job_schedule(text, bigint, integer)",),
+    row = conn.execute(  # by name: the signature grows (pgstore_0010 added p_max_attempts)
+        "SELECT pg_get_functiondef(p.oid) FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = %s AND p.proname = 'job_schedule'",
+        (schema,),
     ).fetchone()
     assert row is not None
     body = str(row[0])

@@ -160,7 +160,8 @@ class LeaseLost(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Complete(Event):
-    """The scheduler's ``complete`` (``status`` the run's ``ok`` / ``error``) or the
+    """The scheduler's ``complete`` (``status`` the run's ``ok`` / ``error``, or
+    ``skipped``: a missed occurrence completed without running, catch-up ``skip``) or the
     dispatcher's ``mark_dispatched`` (``worker_id`` the bot), after ``attempts`` tries.
 
     ``completed``: committed. ``cancelled`` (dispatcher): recorded, but a cancel
