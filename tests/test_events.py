@@ -276,7 +276,8 @@ def _terminate_listeners(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()").fetchall()
+            " WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()"
+            " AND datname = current_database()").fetchall()  # not other workers' listeners
     return len(rows)
 
 
