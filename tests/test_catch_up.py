@@ -478,7 +478,7 @@ def test_slow_runs_are_never_overlapped_by_parallel_schedulers_on_postgres(
         schedulers = []
         for n, store in enumerate(stores):
             s = Scheduler(store, owner=f"host-{n}", lease_ms=5_000, poll_interval=0.01,
-                          grace_period=2.0, catch_up_limit=5, catch_up_grace_ms=30)
+                          grace_period=2.0, catch_up_limit=5, catch_up_grace_ms=1_000)
             s.every(f"slow-{policy}", 40, slow, catch_up=policy)
             schedulers.append(s)
         tasks = [asyncio.ensure_future(s.run()) for s in schedulers]
@@ -495,7 +495,7 @@ def test_slow_runs_are_never_overlapped_by_parallel_schedulers_on_postgres(
     assert len(set(scheduled)) == len(scheduled) and scheduled == sorted(scheduled)
     tokens = [token for _, token in runs]
     assert tokens == sorted(tokens)
-    assert len(runs) >= 5, runs
+    assert len(runs) >= 3, runs  # 2.5 s of 150 ms runs, on a loaded machine too
     gaps = {b - a for a, b in itertools.pairwise(scheduled)}
     assert all(g % 40 == 0 for g in gaps), gaps  # on the grid
     if policy == "all":
