@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,10 @@ from pgstore import (
     InvalidArgument,
     MemoryScheduleStore,
     PgScheduleStore,
+    ScheduleRecord,
 )
+from pgstore.cli.format import schedules_table
+from pgstore.cli.status import last_run_state
 from pgstore.runtime import catch_up
 from pgstore.runtime.events import Complete, HandlerRun
 from pgstore.runtime.occurrences import (
@@ -404,6 +408,16 @@ def test_declarations_and_settings_are_validated() -> None:
     assert Scheduler(MemoryScheduleStore(), catch_up_limit=catch_up.MAX_LIMIT).catch_up_limit == (
         catch_up.MAX_LIMIT
     )
+
+
+def test_the_command_line_shows_a_skipped_occurrence_and_the_policy() -> None:
+    now = 1_700_000_000_000
+    record = ScheduleRecord("t", "interval", "1000", now + 1_000, now - 12_000, "skipped", 3,
+                            None, None, now, 2, "skip")
+    assert last_run_state(record, now) == "skipped 12s ago"  # not a failure count
+    table = schedules_table([record], now).splitlines()
+    cells = dict(zip(re.split(r" {2,}", table[0]), re.split(r" {2,}", table[2]), strict=True))
+    assert (cells["last_status"], cells["failures"], cells["catch_up"]) == ("skipped", "2", "skip")
 
 
 # --- Every store kind ------------------------------------------------------------------
