@@ -74,7 +74,7 @@ PEERS = ("procrastinate", "pgqueuer", *NODE_SYSTEMS)
 EMPTY_RETRIES = 3
 #: pgqueuer's dequeue batch (its ``batch_size``), chosen by trying 1, 10 and 100 at W = 4
 #: (docs/performance.md); ``PGSTORE_BENCH_PGQUEUER_BATCH`` overrides it, to try others.
-PGQUEUER_BATCH = 10
+PGQUEUER_BATCH = 100
 
 
 def pgqueuer_batch() -> int:
