@@ -15,6 +15,7 @@ the probe's verdict is read from what the server says.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -199,16 +200,39 @@ def test_the_probe_prepares_nothing_on_a_direct_connection(pgstore_database: str
         assert _prepared(conn) == []
 
 
+def _version(bouncer_version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in bouncer_version.split(".")[:2])
+
+
+#: PgBouncer 1.21 keeps prepared statements for its clients (max_prepared_statements).
+KEEPS_PREPARED = (1, 21)
+
+
 @pytest.fixture
-def bouncers(pgstore_server: TestServer) -> Iterator[dict[str, PgBouncer]]:
-    """pgbouncers in front of the session's server, one per pooling mode."""
-    binary = pgbouncer_binary()
-    if binary is None:
+def binary(pgstore_server: TestServer) -> str:
+    found = pgbouncer_binary()
+    if found is None:
         pytest.skip("no pgbouncer binary")
+    return found
+
+
+def _binary_version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    return _version(out.stdout.split()[1])
+
+
+@pytest.fixture
+def bouncers(pgstore_server: TestServer, binary: str) -> Iterator[dict[str, PgBouncer]]:
+    """pgbouncers in front of the session's server, one per pooling mode, each forwarding
+    prepared statements as they are (``max_prepared_statements = 0`` where the setting
+    exists: PgBouncer 1.21+)."""
+    forward = {"max_prepared_statements": "0"} if _binary_version(binary) >= KEEPS_PREPARED else {}
     with (
-        start_pgbouncer(pgstore_server, binary) as transaction,
-        start_pgbouncer(pgstore_server, binary, settings={"pool_mode": "statement"}) as statement,
-        start_pgbouncer(pgstore_server, binary, settings={"pool_mode": "session"}) as session,
+        start_pgbouncer(pgstore_server, binary, settings=forward) as transaction,
+        start_pgbouncer(pgstore_server, binary, settings={**forward, "pool_mode": "statement"})
+        as statement,
+        start_pgbouncer(pgstore_server, binary, settings={**forward, "pool_mode": "session"})
+        as session,
     ):
         yield {"transaction": transaction, "statement": statement, "session": session}
 
@@ -217,16 +241,13 @@ def bouncers(pgstore_server: TestServer) -> Iterator[dict[str, PgBouncer]]:
 def test_the_default_prepares_nothing_behind_a_pooler_that_forwards_statements(
     bouncers: dict[str, PgBouncer], pgstore_database: str, pgstore_schema: str, mode: str
 ) -> None:
-    """Through PgBouncer without prepared-statement support (before 1.21, or
+    """Through PgBouncer without prepared-statement support (before 1.21, or 1.21+ with
     ``max_prepared_statements = 0``), in every pooling mode: the probe sees another
     process id and its statement under psycopg's name (or cannot run: statement pooling
     refuses the transaction), so nothing is prepared; 4 threads on their own connections
     and a shared pool call the stores 40 times each without a 26000 / 42P05 error, and
     the server sessions behind hold none of the stores' statements."""
-    bouncer = bouncers[mode]
-    if bouncer.version >= "1.21":  # pragma: no cover - the machine's pgbouncer is older
-        pytest.skip("this pgbouncer may keep prepared statements: see max_prepared_statements")
-    bounced = bouncer.dsn_for(pgstore_database)
+    bounced = bouncers[mode].dsn_for(pgstore_database)
     with psycopg.connect(bounced, autocommit=True) as conn:
         assert probe(conn) is False
     errors: list[BaseException] = []
@@ -266,3 +287,54 @@ def test_the_default_prepares_nothing_behind_a_pooler_that_forwards_statements(
         for c in conns:
             c.close()
         pool.close()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "statement"])
+def test_the_default_prepares_behind_a_pgbouncer_that_keeps_prepared_statements(
+    pgstore_server: TestServer, binary: str, pgstore_database: str, pgstore_schema: str,
+    mode: str,
+) -> None:
+    """PgBouncer 1.21+ with ``max_prepared_statements`` above 0 renames what it forwards
+    (``PGBOUNCER_<n>``): the probe says so, the stores prepare, 4 threads on their own
+    connections and a pool call them 40 times each without an error, and the server
+    sessions behind hold the stores' statements under PgBouncer's names. (Skipped with an
+    older pgbouncer: set PGSTORE_PGBOUNCER to a 1.21+ binary.)"""
+    if _binary_version(binary) < KEEPS_PREPARED:
+        pytest.skip(f"{binary} is older than 1.21: it cannot keep prepared statements")
+    settings = {"max_prepared_statements": "100", "pool_mode": mode}
+    with start_pgbouncer(pgstore_server, binary, settings=settings) as bouncer:
+        bounced = bouncer.dsn_for(pgstore_database)
+        with psycopg.connect(bounced, autocommit=True) as conn:
+            assert probe(conn) is True
+        errors: list[BaseException] = []
+        conns = [psycopg.connect(bounced, autocommit=True) for _ in range(4)]
+        pool = ConnectionPool(bounced, min_size=2, max_size=4, open=True,
+                              kwargs={"autocommit": True})
+        stores = [PgJobStore(c, schema=pgstore_schema) for c in conns]
+        stores.append(PgJobStore(pool, schema=pgstore_schema))
+
+        def work(n: int, store: PgJobStore) -> None:
+            try:
+                for i in range(40):
+                    store.schedule(f"k{mode}-{n}-{i % 3}", 100 + i)
+                    assert store.get(f"k{mode}-{n}-0") is not None
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n, s)) for n, s in enumerate(stores)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        try:
+            assert errors == []
+            assert all(v is True for s in stores for v in s._runner._verdicts.values())
+            names = [row for c in conns for row in c.execute(  # whichever server sessions
+                "SELECT name, statement FROM pg_prepared_statements").fetchall()]
+            ours = [(n, st) for n, st in names if f'"{pgstore_schema}".' in st]
+            assert ours, names
+            assert all(str(n).startswith("PGBOUNCER_") for n, _ in ours), ours
+        finally:
+            for c in conns:
+                c.close()
+            pool.close()
