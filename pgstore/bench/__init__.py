@@ -8,8 +8,9 @@ under ``.pgdata/bench``), inside that database, in schemas named
 2. ``ops``: every store operation through the sync and async wrappers and
    from SQL, each as a ratio to the adjacent durable-write floor;
 3. ``naive``: the claim as ``BEGIN / SELECT … FOR UPDATE / UPDATE / COMMIT``;
-4. ``peers``: the lease → mark-dispatched loop against procrastinate and
-   pgqueuer with W worker processes (``pip install 'pgstore[bench]'``);
+4. ``peers``: the lease → mark-dispatched loop against procrastinate,
+   pgqueuer (``pip install 'pgstore[bench]'``), graphile-worker and pg-boss
+   (npm, into ``--cache``) with W worker processes;
 5. ``scale``: job_lease, claim_due and claim_next at 1,000 vs ``--scale-rows``;
 6. ``hot``: HOT share and sizes after 100,000 claim/complete cycles;
 7. ``wakeup``: schedule → dispatch latency of an idle Dispatcher, and the
