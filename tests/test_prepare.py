@@ -237,6 +237,34 @@ def bouncers(pgstore_server: TestServer, binary: str) -> Iterator[dict[str, PgBo
         yield {"transaction": transaction, "statement": statement, "session": session}
 
 
+def _hammer(bounced: str, schema: str, prefix: str) -> tuple[
+    list[psycopg.Connection[Any]], ConnectionPool, list[PgJobStore], list[BaseException]
+]:
+    """4 threads on connections of their own and one on a pool, each calling a default
+    store 40 times through ``bounced``: the connections, the pool, the stores, the errors.
+    The caller closes the connections and the pool."""
+    errors: list[BaseException] = []
+    conns = [psycopg.connect(bounced, autocommit=True) for _ in range(4)]
+    pool = ConnectionPool(bounced, min_size=2, max_size=4, open=True, kwargs={"autocommit": True})
+    stores = [PgJobStore(c, schema=schema) for c in conns]
+    stores.append(PgJobStore(pool, schema=schema))
+
+    def work(n: int, store: PgJobStore) -> None:
+        try:
+            for i in range(40):
+                store.schedule(f"{prefix}-{n}-{i % 3}", 100 + i)
+                assert store.get(f"{prefix}-{n}-0") is not None
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n, s)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return conns, pool, stores, errors
+
+
 @pytest.mark.parametrize("mode", ["transaction", "statement", "session"])
 def test_the_default_prepares_nothing_behind_a_pooler_that_forwards_statements(
     bouncers: dict[str, PgBouncer], pgstore_database: str, pgstore_schema: str, mode: str
@@ -250,25 +278,7 @@ def test_the_default_prepares_nothing_behind_a_pooler_that_forwards_statements(
     bounced = bouncers[mode].dsn_for(pgstore_database)
     with psycopg.connect(bounced, autocommit=True) as conn:
         assert probe(conn) is False
-    errors: list[BaseException] = []
-    conns = [psycopg.connect(bounced, autocommit=True) for _ in range(4)]
-    pool = ConnectionPool(bounced, min_size=2, max_size=4, open=True, kwargs={"autocommit": True})
-    stores = [PgJobStore(c, schema=pgstore_schema) for c in conns]
-    stores.append(PgJobStore(pool, schema=pgstore_schema))
-
-    def work(n: int, store: PgJobStore) -> None:
-        try:
-            for i in range(40):
-                store.schedule(f"{mode}-{n}-{i % 3}", 100 + i)
-                store.get(f"{mode}-{n}-0")
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n, s)) for n, s in enumerate(stores)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    conns, pool, stores, errors = _hammer(bounced, pgstore_schema, mode)
     try:
         assert errors == []
         assert all(v is False for s in stores for v in s._runner._verdicts.values())
@@ -306,26 +316,7 @@ def test_the_default_prepares_behind_a_pgbouncer_that_keeps_prepared_statements(
         bounced = bouncer.dsn_for(pgstore_database)
         with psycopg.connect(bounced, autocommit=True) as conn:
             assert probe(conn) is True
-        errors: list[BaseException] = []
-        conns = [psycopg.connect(bounced, autocommit=True) for _ in range(4)]
-        pool = ConnectionPool(bounced, min_size=2, max_size=4, open=True,
-                              kwargs={"autocommit": True})
-        stores = [PgJobStore(c, schema=pgstore_schema) for c in conns]
-        stores.append(PgJobStore(pool, schema=pgstore_schema))
-
-        def work(n: int, store: PgJobStore) -> None:
-            try:
-                for i in range(40):
-                    store.schedule(f"k{mode}-{n}-{i % 3}", 100 + i)
-                    assert store.get(f"k{mode}-{n}-0") is not None
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(n, s)) for n, s in enumerate(stores)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        conns, pool, stores, errors = _hammer(bounced, pgstore_schema, f"k{mode}")
         try:
             assert errors == []
             assert all(v is True for s in stores for v in s._runner._verdicts.values())
