@@ -32,7 +32,8 @@ lint: venv
 demo: venv
 	$(BIN)/python -m pgstore.demo
 
-## Costs against the durable-write floor, procrastinate and pgqueuer (the bench extra);
+## Costs against the durable-write floor, procrastinate and pgqueuer (the bench extra),
+## graphile-worker and pg-boss (npm, into the git-ignored .bench-cache);
 ## embedded default or PGSTORE_DSN; BENCH_ARGS e.g. --quick or --only ops,peers.
 $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/pip install -q -e '.[bench]'

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -312,7 +312,9 @@ def _libpq_quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _pgbouncer_ini(server_dsn: str, port: int, auth_file: str) -> str:
+def _pgbouncer_ini(
+    server_dsn: str, port: int, auth_file: str, settings: Mapping[str, str] | None = None
+) -> str:
     server = conninfo_to_dict(server_dsn)
     # ``*``: any database name the client asks for, on the same server, so the
     # session's fresh databases need no entry of their own.
@@ -334,6 +336,7 @@ def _pgbouncer_ini(server_dsn: str, port: int, auth_file: str) -> str:
             "max_client_conn = 500",
             "default_pool_size = 20",
             "ignore_startup_parameters = extra_float_digits",
+            *(f"{name} = {value}" for name, value in (settings or {}).items()),
             "",
         ]
     )
@@ -362,9 +365,17 @@ def _unprivileged_user(server_dsn: str) -> list[str]:
 
 
 @contextmanager
-def start_pgbouncer(server: TestServer, binary: str, timeout: float = 15.0) -> Iterator[PgBouncer]:
+def start_pgbouncer(
+    server: TestServer,
+    binary: str,
+    timeout: float = 15.0,
+    settings: Mapping[str, str] | None = None,
+) -> Iterator[PgBouncer]:
     """A throwaway pgbouncer (transaction pooling, trust auth) in front of ``server``, on a
-    free 127.0.0.1 port; its config and log live in a temporary directory. Stopped on exit."""
+    free 127.0.0.1 port; its config and log live in a temporary directory. Stopped on exit.
+    ``settings`` are added to its ``[pgbouncer]`` section, after (and so over) the
+    defaults, e.g. ``{"pool_mode": "statement"}`` or ``{"max_prepared_statements": "100"}``
+    (PgBouncer 1.21+)."""
     version = subprocess.run(
         [binary, "--version"], capture_output=True, text=True, timeout=10, check=True
     ).stdout.split()[1]
@@ -378,7 +389,7 @@ def start_pgbouncer(server: TestServer, binary: str, timeout: float = 15.0) -> I
             port = _free_port()
             ini = os.path.join(tmp, "pgbouncer.ini")
             with open(ini, "w") as f:
-                f.write(_pgbouncer_ini(server.dsn, port, auth_file))
+                f.write(_pgbouncer_ini(server.dsn, port, auth_file, settings))
             for path in (ini, auth_file):
                 os.chmod(path, 0o644)
             log_path = os.path.join(tmp, f"pgbouncer-{attempt}.log")

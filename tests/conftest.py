@@ -38,9 +38,10 @@ for _variable in ("COLUMNS", "LINES"):
 
 #: Every store the conformance suites run against; the ``*_bouncer`` ones talk to the
 #: database through the session's pgbouncer in transaction pooling mode (the schema is
-#: installed directly, and the state is read directly); ``pg_prepared`` is a sync store
-#: built with ``prepare=True``.
-STORE_KINDS = ["memory", "pg", "pg_prepared", "async_pg", "pg_bouncer", "async_pg_bouncer"]
+#: installed directly, and the state is read directly). The stores are built as by default
+#: (``prepare=None``: they prepare on the direct connections and not through pgbouncer),
+#: but ``pg_unprepared``, a sync store built with ``prepare=False``.
+STORE_KINDS = ["memory", "pg", "pg_unprepared", "async_pg", "pg_bouncer", "async_pg_bouncer"]
 
 
 T = TypeVar("T")
@@ -94,8 +95,9 @@ def schedules(request: pytest.FixtureRequest) -> Iterator[StoreUnderTest]:
     dsn = request.getfixturevalue("pgstore_database")
     store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind in ("pg", "pg_prepared", "pg_bouncer"):
-        store = PgScheduleStore(store_dsn, schema=schema, prepare=kind == "pg_prepared")
+    if kind in ("pg", "pg_unprepared", "pg_bouncer"):
+        prepare = False if kind == "pg_unprepared" else None
+        store = PgScheduleStore(store_dsn, schema=schema, prepare=prepare)
         store.start()
         yield StoreUnderTest(store, _pg_fences(dsn, schema))
         store.close()
@@ -143,8 +145,9 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[JobStoreUnderTest]:
     dsn = request.getfixturevalue("pgstore_database")
     store_dsn = _store_dsn(request, dsn)  # first: it may skip
     schema = request.getfixturevalue("pgstore_schema")
-    if kind in ("pg", "pg_prepared", "pg_bouncer"):
-        store = PgJobStore(store_dsn, schema=schema, prepare=kind == "pg_prepared")
+    if kind in ("pg", "pg_unprepared", "pg_bouncer"):
+        prepare = False if kind == "pg_unprepared" else None
+        store = PgJobStore(store_dsn, schema=schema, prepare=prepare)
         store.start()
         yield JobStoreUnderTest(store, pg_jobs_state(dsn, schema))
         store.close()

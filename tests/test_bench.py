@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ OPS = ["claim_due", "renew", "complete", "register_unchanged", "claim_next_100",
        "job_renew", "job_mark_dispatched", "job_cancel"]
 
 
-def _bench(dsn: str, out: Path, *args: str) -> dict[str, Any]:
+def _bench(dsn: str, out: Path, *args: str, path: str | None = None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PGSTORE_DSN"}
+    if path is not None:
+        env["PATH"] = path
     done = subprocess.run(
         [sys.executable, "-m", "pgstore.bench", "--quick", "--dsn", dsn, "--out", str(out),
          *args],
@@ -82,7 +85,7 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
     assert _positive(res["floors"]["durable_update"]["median"])
     assert sorted(res["ops"]["ops"]) == sorted(OPS)
     for op in OPS:
-        for mode in ("sync", "sync_prepared", "async", "async_prepared", "sql"):
+        for mode in ("sync", "sync_unprepared", "async", "async_unprepared", "sql"):
             assert _positive(res["ops"]["ops"][op][mode]["us"]["median"]), (op, mode)
             assert res["ops"]["ops"][op][mode]["ratio"]["n"] == 3, (op, mode)  # --quick repeats
     assert _positive(res["naive"]["naive_transaction"]["us"]["median"])
@@ -123,20 +126,27 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
         assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+NODE_PEERS = ("graphile-worker", "pg-boss")
+
+
 @pytest.mark.slow
 def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None:
+    """Every system drains 120 jobs at W = 1 and 2, each job seen once and finished in the
+    database; the Node peers too where node and npm are there (npm installs them once
+    into the git-ignored .bench-cache)."""
     for peer in ("procrastinate", "pgqueuer"):
         if importlib.util.find_spec(peer) is None:
             pytest.skip(f"{peer} is not installed (the bench extra: pip install -e '.[bench]')")
+    node = shutil.which("node") is not None and shutil.which("npm") is not None
+    systems = ["pgstore", "pgstore_unprepared", "pgstore_sql", "procrastinate", "pgqueuer"]
+    peers_expected = {"procrastinate", "pgqueuer"} | (set(NODE_PEERS) if node else set())
     doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "120",
-                 "--workers", "1,2", "--peer-systems",
-                 "pgstore,pgstore_prepared,pgstore_sql,procrastinate,pgqueuer",
+                 "--workers", "1,2", "--peer-systems", ",".join(systems + list(NODE_PEERS)),
                  "--no-chart")
     assert doc["errors"] == {}
     peers = doc["results"]["peers"]
     assert peers["all_checks_ok"]
-    assert sorted(peers["systems"]) == [
-        "pgqueuer", "pgstore", "pgstore_prepared", "pgstore_sql", "procrastinate"]
+    assert set(peers["systems"]) == set(systems) | (set(NODE_PEERS) if node else set())
     for name, per in peers["systems"].items():
         for w in ("1", "2"):
             (run,) = per[w]["runs"]
@@ -147,10 +157,16 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
     assert unflushed["workers"] == 2 and set(unflushed["systems"]) == set(peers["systems"])
     for name, run in unflushed["systems"].items():
         assert run["ok"] and run["leased"] == run["finished_in_db"] == 60, (name, run)
-    assert set(unflushed["over"]) == {"pgstore", "pgstore_prepared", "pgstore_sql"}
-    assert set(peers["over"]) == {"pgstore", "pgstore_prepared", "pgstore_sql"}
+    assert set(unflushed["over"]) == {"pgstore", "pgstore_unprepared", "pgstore_sql"}
+    assert set(peers["over"]) == {"pgstore", "pgstore_unprepared", "pgstore_sql"}
     for over in peers["over"].values():
-        assert set(over) == {"procrastinate", "pgqueuer"}
+        assert set(over) == peers_expected
+    assert set(peers["peers"]) == set(peers["systems"])
+    assert peers["peers"]["pgqueuer"]["settings"]["batch_size"] >= 1
+    if node:
+        for name in NODE_PEERS:
+            assert peers["peers"][name]["version"], name
+            assert peers["peers"][name]["node"], name
     assert _check_ratios(doc) >= 6
 
 
@@ -191,3 +207,19 @@ def psycopg_schemas(dsn: str) -> list[str]:
 
     with psycopg.connect(dsn) as conn:
         return [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()]
+
+
+@pytest.mark.slow
+def test_the_node_peers_are_skipped_in_one_line_without_node(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """With no node on the PATH: one line says so, the Python systems still run."""
+    python_dir = str(Path(sys.executable).parent)
+    doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "40",
+                 "--workers", "1", "--peer-systems", "pgstore,graphile-worker,pg-boss",
+                 "--no-chart", path=python_dir)
+    peers = doc["results"]["peers"]
+    assert set(peers["systems"]) == {"pgstore"}
+    assert set(peers["skipped"]) == set(NODE_PEERS)
+    assert all("not found on the PATH" in why for why in peers["skipped"].values())
+    assert "skipped" in (tmp_path / "results.md").read_text()

@@ -2,8 +2,8 @@
 
 The conformance suites run through it too (the ``*_bouncer`` store kinds in
 ``conftest.py``); these tests cover what they cannot: the fixture really pools
-by transaction, statements are never prepared whatever the connection's
-``prepare_threshold``, a user's explicit transaction holds, the runtimes work,
+by transaction, statements are never prepared by psycopg's ``prepare_threshold``,
+a user's explicit transaction holds, the runtimes work,
 and backends terminated behind the bouncer.
 """
 
@@ -56,8 +56,11 @@ def test_calls_are_never_prepared_whatever_the_connection(
     bounced: str, pgstore_schema: str
 ) -> None:
     """psycopg prepares a statement on its 5th run (``prepare_threshold``) by default;
-    through transaction pooling that breaks (26000 / 42P05). The stores' calls are sent
-    unprepared, over their own pools and over the user's connections alike."""
+    through transaction pooling that breaks (26000 / 42P05) unless the pooler keeps
+    prepared statements. The stores' calls never follow that threshold: by default they
+    are sent unprepared through a pgbouncer that forwards statements as they are (1.18,
+    or 1.21+ with max_prepared_statements = 0) and prepared through one that keeps them
+    (test_prepare.py tells which), over their own pools and the user's connections."""
     errors: list[BaseException] = []
     conns = [psycopg.connect(bounced, autocommit=True) for _ in range(3)]
     pool = ConnectionPool(bounced, min_size=2, max_size=4, open=True)

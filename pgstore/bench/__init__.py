@@ -8,8 +8,9 @@ under ``.pgdata/bench``), inside that database, in schemas named
 2. ``ops``: every store operation through the sync and async wrappers and
    from SQL, each as a ratio to the adjacent durable-write floor;
 3. ``naive``: the claim as ``BEGIN / SELECT … FOR UPDATE / UPDATE / COMMIT``;
-4. ``peers``: the lease → mark-dispatched loop against procrastinate and
-   pgqueuer with W worker processes (``pip install 'pgstore[bench]'``);
+4. ``peers``: the lease → mark-dispatched loop against procrastinate,
+   pgqueuer (``pip install 'pgstore[bench]'``), graphile-worker and pg-boss
+   (npm, into ``--cache``) with W worker processes;
 5. ``scale``: job_lease, claim_due and claim_next at 1,000 vs ``--scale-rows``;
 6. ``hot``: HOT share and sizes after 100,000 claim/complete cycles;
 7. ``wakeup``: schedule → dispatch latency of an idle Dispatcher, and the
@@ -107,8 +108,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
     p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
     p.add_argument("--peer-systems", type=_systems,
-                   help="systems in the peer loop (default pgstore,pgstore_prepared,"
-                        "procrastinate,pgqueuer; pgstore_sql adds our loop straight from SQL)")
+                   help="systems in the peer loop (default pgstore,pgstore_unprepared,"
+                        "procrastinate,pgqueuer,graphile-worker,pg-boss; pgstore_sql adds"
+                        " our loop straight from SQL)")
+    p.add_argument("--cache", type=Path, default=Path(".bench-cache"),
+                   help="where npm installs the Node peers (default: .bench-cache, git-ignored)")
     p.add_argument("--hot-cycles", type=_positive,
                    help="claim/complete cycles and leased jobs (default 100000)")
     p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")
@@ -122,7 +126,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
-    cfg = Settings(dsn=dsn, out=args.out, only=args.only, origin=origin)
+    cfg = Settings(dsn=dsn, out=args.out, cache=args.cache, only=args.only, origin=origin)
     if args.quick:
         cfg.quick = True
         cfg.repeats, cfg.calls = 3, 12
@@ -206,7 +210,7 @@ def run(cfg: Settings) -> dict[str, Any]:
         "machine": machine,
         "server": server,
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(cfg).items()
-                     if k not in ("dsn", "out", "log")},
+                     if k not in ("dsn", "out", "cache", "log")},
     }
     tgts = _report.targets(results, int(machine["nproc"] or 1))
     doc: dict[str, Any] = {"meta": meta, "results": results, "targets": tgts, "errors": errors}

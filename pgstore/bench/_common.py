@@ -38,6 +38,7 @@ class Settings:
 
     dsn: str
     out: Path
+    cache: Path = Path(".bench-cache")
     only: tuple[str, ...] = SECTIONS
     repeats: int = 7
     calls: int = 200
@@ -46,7 +47,8 @@ class Settings:
     peer_jobs: int = 20_000
     peer_repeats: int = 1
     workers: tuple[int, ...] = (1, 2, 4, 8)
-    peer_systems: tuple[str, ...] = ("pgstore", "pgstore_prepared", "procrastinate", "pgqueuer")
+    peer_systems: tuple[str, ...] = ("pgstore", "pgstore_unprepared", "procrastinate", "pgqueuer",
+                                     "graphile-worker", "pg-boss")
     hot_cycles: int = 100_000
     hot_schedules: int = 1_000
     wakeup_samples: int = 30

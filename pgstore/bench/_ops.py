@@ -5,8 +5,9 @@ trip plus a commit's WAL flush), on the connection the operations use.
 
 Operations: each through the sync wrapper (``PgScheduleStore`` /
 ``PgJobStore`` over that same autocommit connection), the asyncio wrapper (over
-an ``AsyncConnection`` of its own), both as built by default (statements never
-prepared) and with ``prepare=True``, and straight from SQL (``SELECT * FROM
+an ``AsyncConnection`` of its own), both as built by default (``prepare=None``:
+on a direct connection the statements are prepared) and with ``prepare=False``,
+and straight from SQL (``SELECT * FROM
 schema.fn(...)`` through psycopg, which prepares it from its fifth run).
 Every call is checked to have really written (a claim that claims nothing
 commits no WAL and would flatter us).
@@ -127,9 +128,10 @@ class Op:
     share: int = 1  # times 1/share of the calls per repeat (claim_next costs a hundred)
 
 
-#: How each operation is called: the wrappers as built by default, the wrappers with
-#: ``prepare=True``, and the SQL function straight from psycopg.
-MODES = ("sync", "sync_prepared", "async", "async_prepared", "sql")
+#: How each operation is called: the wrappers as built by default (``prepare=None``: on
+#: this direct connection they prepare), the wrappers with ``prepare=False``, and the SQL
+#: function straight from psycopg.
+MODES = ("sync", "sync_unprepared", "async", "async_unprepared", "sql")
 
 
 class Fixture:
@@ -144,7 +146,7 @@ class Fixture:
                       PgJobStore(conn, schema=schema, prepare=prepare),
                       AsyncPgScheduleStore(aconn, schema=schema, prepare=prepare),
                       AsyncPgJobStore(aconn, schema=schema, prepare=prepare))
-            for prepare in (False, True)
+            for prepare in (None, False)
         }
         self.sched, self.jobs = self.stores[False][0], self.stores[False][1]  # for fill()
 
@@ -183,7 +185,7 @@ class Fixture:
         self.conn.execute(b"CHECKPOINT")
         self.cancel_next = 0
 
-    def ops(self, prepare: bool) -> list[Op]:
+    def ops(self, prepare: bool | None) -> list[Op]:
         """The operations, their wrapper calls on stores built with ``prepare``."""
         cl = self.clock
         sched, jobs, asched, ajobs = self.stores[prepare]
@@ -364,12 +366,12 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
         n = cfg.calls
         fx.fill((n + 10) * (cfg.repeats + 1))
         floor_table = make_floor_table(conn, schema)
-        ops = fx.ops(prepare=False)
-        prepared = {op.name: op for op in fx.ops(prepare=True)}
+        ops = fx.ops(prepare=None)
+        unprepared = {op.name: op for op in fx.ops(prepare=False)}
 
         def timed(op: Op, mode: str, n: int) -> float:
-            if mode.endswith("_prepared"):
-                return _batch(prepared[op.name], mode.removesuffix("_prepared"), n, loop)
+            if mode.endswith("_unprepared"):
+                return _batch(unprepared[op.name], mode.removesuffix("_unprepared"), n, loop)
             return _batch(op, mode, n, loop)
 
         for op in ops:  # warm-up round: prepared statements, plan caches, pools

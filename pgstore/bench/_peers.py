@@ -1,4 +1,4 @@
-"""Section 4: the lease -> mark-dispatched loop against procrastinate and pgqueuer.
+"""Section 4: the lease -> mark-dispatched loop against four peers.
 
 Every system runs the same loop shape: W worker processes, one autocommit
 connection each, taking one job and finishing it, over ``peer_jobs`` due
@@ -6,20 +6,26 @@ jobs, until the queue is empty. All run on the same server in the same run,
 in their own schemas, installed by their own code:
 
 * pgstore: ``PgJobStore.lease`` then ``PgJobStore.mark_dispatched`` (the sync
-  wrapper over the worker's connection) as built by default, never preparing
-  its statements; ``pgstore_prepared``, the same with ``prepare=True`` (the
-  peers' loops run on psycopg's default, which prepares a statement from its
-  fifth run); and, optionally, the same two functions straight from SQL;
+  wrapper over the worker's connection) as built by default (``prepare=None``:
+  prepared, on this direct connection); ``pgstore_unprepared``, the same with
+  ``prepare=False``; and, optionally, the same two functions straight from SQL
+  (psycopg's default, which prepares a statement from its fifth run). One job
+  per lease: pgstore has no batch lease;
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
 * pgqueuer: its own dequeue and log (ack) statements, rendered by its
-  ``QueryQueueBuilder`` (``batch_size=1``, no concurrency limits) and sent as
-  its psycopg driver sends them (a raw cursor with ``$n`` parameters), on the
-  schema ``Queries.install()`` (``pgq install``) creates.
+  ``QueryQueueBuilder`` (``batch_size=PGQUEUER_BATCH``, no concurrency limits;
+  a batch acknowledged in one log statement) and sent as its psycopg driver
+  sends them (a raw cursor with ``$n`` parameters), on the schema
+  ``Queries.install()`` (``pgq install``) creates;
+* graphile-worker and pg-boss (``_node.py``): node processes, with their own
+  batching on (graphile-worker's local queue and batched completions, pg-boss's
+  ``fetch`` with ``batchSize`` and one ``complete`` of the batch's ids).
 
-Each run checks that no job was taken twice (the ids every worker saw) and
-that every job ended finished in the database. While a run goes, a sampler
+Each run checks that no job was taken twice (the ids every worker saw), that
+every job was seen, and that every job ended finished in the database (and,
+for the peers that delete finished jobs, that none is left). While a run goes, a sampler
 reads the wait events of the workers' backends from ``pg_stat_activity``.
 
 Last, each system drains half as many jobs once more at the largest W with its
@@ -37,11 +43,13 @@ import asyncio
 import collections
 import importlib
 import multiprocessing as mp
+import os
 import statistics
 import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -55,11 +63,22 @@ from pgstore.bench._common import (
     schema_name,
 )
 from pgstore.bench._common import summary as summarize
+from pgstore.bench._node import NODE_SYSTEMS, PACKAGES, NodeSystem, ensure_packages, versions
+from pgstore.bench._node import SETTINGS as NODE_SETTINGS
 
-SYSTEMS = ("pgstore", "pgstore_prepared", "pgstore_sql", "procrastinate", "pgqueuer")
+SYSTEMS = ("pgstore", "pgstore_unprepared", "pgstore_sql", "procrastinate", "pgqueuer",
+           *NODE_SYSTEMS)
 #: The systems that run pgstore's own schema.
-OURS = ("pgstore", "pgstore_prepared", "pgstore_sql")
+OURS = ("pgstore", "pgstore_unprepared", "pgstore_sql")
+PEERS = ("procrastinate", "pgqueuer", *NODE_SYSTEMS)
 EMPTY_RETRIES = 3
+#: pgqueuer's dequeue batch (its ``batch_size``), chosen by trying 1, 10 and 100 at W = 4
+#: (docs/performance.md); ``PGSTORE_BENCH_PGQUEUER_BATCH`` overrides it, to try others.
+PGQUEUER_BATCH = 100
+
+
+def pgqueuer_batch() -> int:
+    return int(os.environ.get("PGSTORE_BENCH_PGQUEUER_BATCH") or PGQUEUER_BATCH)
 
 
 def _module(name: str) -> Any:
@@ -82,7 +101,9 @@ def peers_available() -> dict[str, str | None]:
 # --- the worker processes ------------------------------------------------------------
 
 
-def _loop_pgstore(conn: Conn, schema: str, me: str, prepare: bool = False) -> tuple[list[Any], int]:
+def _loop_pgstore(
+    conn: Conn, schema: str, me: str, prepare: bool | None = None
+) -> tuple[list[Any], int]:
     from pgstore.postgres.jobs import PgJobStore
 
     store = PgJobStore(conn, schema=schema, prepare=prepare)
@@ -153,13 +174,14 @@ def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
     qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
     manager = uuid.uuid4()
     log_sql = qbq.build_log_job_query()
+    batch = pgqueuer_batch()
     got: list[Any] = []
     last = time.monotonic_ns()
     empty = 0
     while empty < EMPTY_RETRIES:
         # pgqueuer rebuilds its dequeue statement every iteration too (the text is cached).
         query = qbq.build_dequeue_query(
-            batch_size=1, entrypoints=["bench"], concurrency_limits=[0],
+            batch_size=batch, entrypoints=["bench"], concurrency_limits=[0],
             queue_manager_id=manager, global_concurrency_limit=None,
             heartbeat_timeout=timedelta(seconds=30),
         )
@@ -171,16 +193,16 @@ def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
             time.sleep(0.002)
             continue
         empty = 0
-        job_id = rows[0][0]
-        RawCursor(conn).execute(log_sql, ([job_id], ["successful"], [None]))
-        got.append(job_id)
+        ids = [row[0] for row in rows]
+        RawCursor(conn).execute(log_sql, (ids, ["successful"] * len(ids), [None] * len(ids)))
+        got.extend(ids)
         last = time.monotonic_ns()
     return got, last
 
 
 LOOPS = {
     "pgstore": _loop_pgstore,
-    "pgstore_prepared": lambda conn, schema, me: _loop_pgstore(conn, schema, me, prepare=True),
+    "pgstore_unprepared": lambda conn, schema, me: _loop_pgstore(conn, schema, me, prepare=False),
     "pgstore_sql": _loop_pgstore_sql,
     "procrastinate": _loop_procrastinate,
     "pgqueuer": _loop_pgqueuer,
@@ -329,10 +351,9 @@ class WaitSampler(threading.Thread):
         return {k: round(v / total, 3) for k, v in self.counts.most_common(8)}
 
 
-def run_once(system: System, workers: int, jobs: int, unflushed: bool = False) -> dict[str, Any]:
-    """One timed drain of ``jobs`` jobs by ``workers`` processes (with
-    ``synchronous_commit = off`` in their sessions when ``unflushed``)."""
-    system.fill(jobs)
+def _drain_python(system: System, workers: int, unflushed: bool
+                  ) -> tuple[int, list[tuple[int, list[Any], int, str | None]], WaitSampler]:
+    """Start ``workers`` Python worker processes, let them go; their answers."""
     ctx = mp.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
@@ -354,6 +375,31 @@ def run_once(system: System, workers: int, jobs: int, unflushed: bool = False) -
     for p in procs:
         p.join(timeout=60)
     sampler.join(timeout=5)
+    return start, out, sampler
+
+
+def _drain_node(system: NodeSystem, workers: int, unflushed: bool
+                ) -> tuple[int, list[tuple[int, list[Any], int, str | None]], WaitSampler]:
+    """The same with ``workers`` node processes."""
+    procs = system.start_workers(workers, unflushed)
+    sampler = WaitSampler(system.dsn, system.name)
+    sampler.start()
+    start = NodeSystem.go(procs)
+    answers = NodeSystem.collect(procs)
+    sampler.stop.set()
+    sampler.join(timeout=5)
+    return start, [(i, got, last, err) for i, (got, last, err) in enumerate(answers)], sampler
+
+
+def run_once(system: System | NodeSystem, workers: int, jobs: int,
+             unflushed: bool = False) -> dict[str, Any]:
+    """One timed drain of ``jobs`` jobs by ``workers`` processes (with
+    ``synchronous_commit = off`` in their sessions when ``unflushed``)."""
+    system.fill(jobs)
+    if isinstance(system, NodeSystem):
+        start, out, sampler = _drain_node(system, workers, unflushed)
+    else:
+        start, out, sampler = _drain_python(system, workers, unflushed)
     errors = [e for _, _, _, e in out if e]
     seen = [job for _, got, _, _ in out for job in got]
     end = max((last for _, got, last, _ in out if got), default=start)
@@ -376,10 +422,47 @@ def run_once(system: System, workers: int, jobs: int, unflushed: bool = False) -
     }
 
 
+def peer_info(modules: Path | None) -> dict[str, dict[str, Any]]:
+    """Each system's version and the settings the bench runs it with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(dist: str) -> str | None:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return None
+
+    info: dict[str, dict[str, Any]] = {
+        "pgstore": {"version": of("pgstore"), "settings": {"prepare": None, "batch": 1}},
+        "pgstore_unprepared": {"version": of("pgstore"),
+                               "settings": {"prepare": False, "batch": 1}},
+        "pgstore_sql": {"version": of("pgstore"), "settings": {"psycopg_prepare_threshold": 5}},
+        "procrastinate": {"version": of("procrastinate"),
+                          "settings": {"batch": 1, "note": "fetch_job takes one job"}},
+        "pgqueuer": {"version": of("pgqueuer"),
+                     "settings": {"batch_size": pgqueuer_batch(), "tried": [1, 10, 100]}},
+    }
+    node = versions(modules) if modules is not None else {}
+    for name in NODE_SYSTEMS:
+        info[name] = {"version": node.get(name, PACKAGES[name]), "node": node.get("node"),
+                      "settings": dict(NODE_SETTINGS[name])}
+    return info
+
+
 def run_peers(cfg: Settings) -> dict[str, Any]:
     missing = peers_available()
+    modules: Path | None = None
+    if any(n in cfg.peer_systems for n in NODE_SYSTEMS):
+        modules, why = ensure_packages(cfg.cache)
+        if why:
+            cfg.log(f"  peers: {why}")
+            missing.update({n: why for n in NODE_SYSTEMS})
     names = [n for n in SYSTEMS if n in cfg.peer_systems and missing.get(n) is None]
-    systems = [System(n, cfg.dsn) for n in names]
+    systems: list[System | NodeSystem] = [
+        NodeSystem(n, cfg.dsn, modules) if n in NODE_SYSTEMS and modules is not None
+        else System(n, cfg.dsn)
+        for n in names
+    ]
     for sy in systems:
         sy.install()
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
@@ -407,6 +490,7 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         "jobs": cfg.peer_jobs,
         "workers": list(cfg.workers),
         "skipped": {k: v for k, v in missing.items() if v},
+        "peers": {k: v for k, v in peer_info(modules).items() if k in names},
         "systems": {},
         "all_checks_ok": all(r["ok"] for per in runs.values() for rs in per.values() for r in rs)
         and all(r["ok"] for r in unflushed.values()),
@@ -417,7 +501,7 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
             "systems": {name: r for name, r in unflushed.items()},
             "over": {
                 mine: {peer: unflushed[mine]["jobs_per_s"] / unflushed[peer]["jobs_per_s"]
-                       for peer in ("procrastinate", "pgqueuer") if peer in unflushed}
+                       for peer in PEERS if peer in unflushed}
                 for mine in OURS if mine in unflushed
             },
         },
@@ -442,7 +526,7 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
     result["over"], result["scaling"] = {}, {}
     for mine in (m for m in OURS if m in runs):
         ratios: dict[str, Any] = {}
-        for peer in (p for p in ("procrastinate", "pgqueuer") if p in runs):
+        for peer in (p for p in PEERS if p in runs):
             ratios[peer] = {}
             for w in cfg.workers:
                 a = [r["jobs_per_s"] for r in runs[mine][w]]

@@ -11,8 +11,9 @@ from pgstore.bench._ops import MODES
 
 SINGLE_ROW_OPS = ("claim_due", "renew", "complete", "register_unchanged", "job_lease",
                   "job_renew", "job_mark_dispatched", "job_cancel")
-MODE_LABELS = {"sync": "sync wrapper", "sync_prepared": "sync, prepare=True",
-               "async": "async wrapper", "async_prepared": "async, prepare=True", "sql": "SQL"}
+MODE_LABELS = {"sync": "sync wrapper", "sync_unprepared": "sync, prepare=False",
+               "async": "async wrapper", "async_unprepared": "async, prepare=False",
+               "sql": "SQL"}
 
 
 def _target(name: str, measured: Any, op: str, bound: float, why: str = "") -> dict[str, Any]:
@@ -143,6 +144,14 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                 rows.append([f"{mine} / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
         out.append((f"Lease → mark dispatched, jobs/s over {peers['jobs']:,} jobs",
                     ["system"] + [f"W={w}" for w in ws], rows))
+        info = peers.get("peers") or {}
+        if info:
+            out.append(("The systems: versions and settings", ["system", "version", "settings"], [
+                [name, str(i.get("version")) + (f" (node {i['node']})" if i.get("node") else ""),
+                 ", ".join(f"{k}={v}" for k, v in i["settings"].items())]
+                for name, i in info.items()]))
+        for name, why in (peers.get("skipped") or {}).items():
+            out.append((f"{name}: skipped", ["why"], [[why]]))
         unflushed = peers.get("unflushed")
         if unflushed and unflushed["systems"]:
             rows = [[name, f"{r['jobs_per_s']:.0f}" + ("" if r["ok"] else " FAILED"), ""]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import select
 import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, Generic, TypeVar, Union
@@ -29,6 +30,7 @@ from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
 from pgstore.errors import InvalidArgument, ReadOnlyServer, SchemaNotReady
 from pgstore.postgres.call import Call, Columns, statement
+from pgstore.postgres.preparing import probe, probe_async
 from pgstore.schema.objects import check_schema
 
 T = TypeVar("T")
@@ -151,15 +153,16 @@ class _Runner(Generic[ConnT, PoolT]):
         conn_type: type[ConnT],
         pool_type: type[PoolT],
         owned_pool_type: type[PoolT],
-        prepare: bool,
+        prepare: bool | None,
     ) -> None:
         self.schema = check_schema(schema)
-        if not isinstance(prepare, bool):
-            raise InvalidArgument("prepare must be True or False")
-        # Never None: None would defer to the connection's prepare_threshold (psycopg
-        # prepares a query at its 5th run), which breaks behind PgBouncer's transaction
-        # pooling (see SyncStore).
+        if prepare is not None and not isinstance(prepare, bool):
+            raise InvalidArgument("prepare must be True, False or None")
+        # None asks each connection once (pgstore.postgres.preparing); what is sent to
+        # psycopg is never None, which would defer to the connection's prepare_threshold
+        # (a query prepared at its 5th run), breaking behind transaction pooling.
         self.prepare = prepare
+        self._verdicts: weakref.WeakKeyDictionary[ConnT, bool] = weakref.WeakKeyDictionary()
         self._conn: ConnT | None = None
         self._pool: PoolT | None = None
         self._owns_pool = False
@@ -194,7 +197,7 @@ class _Runner(Generic[ConnT, PoolT]):
 class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
     """Runs calls for a sync store."""
 
-    def __init__(self, source: SyncSource, schema: str, prepare: bool) -> None:
+    def __init__(self, source: SyncSource, schema: str, prepare: bool | None) -> None:
         super().__init__(source, schema, psycopg.Connection, ConnectionPool, _OwnedPool, prepare)
         self._lock = threading.Lock()
 
@@ -221,6 +224,20 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
                 yield conn
                 return
 
+    def _prepares(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether calls on ``conn`` are sent prepared: ``prepare``, or the connection's
+        verdict (asked at its first call, kept as long as the connection lives)."""
+        if self.prepare is not None:
+            return self.prepare
+        known = self._verdicts.get(conn)
+        if known is not None:
+            return known
+        verdict = probe(conn)
+        if verdict is None:
+            return False
+        self._verdicts[conn] = verdict
+        return verdict
+
     def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
         with (
@@ -228,7 +245,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
             self._connection() as conn,
             conn.cursor(row_factory=tuple_row) as cur,
         ):
-            cur.execute(query, call.args, prepare=self.prepare)
+            cur.execute(query, call.args, prepare=self._prepares(conn))
             rows = cur.fetchall()
             columns = column_names(cur)
         return call.decode(rows, columns)
@@ -243,7 +260,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
 class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[Any]"]):
     """Runs calls for an asyncio store."""
 
-    def __init__(self, source: AsyncSource, schema: str, prepare: bool) -> None:
+    def __init__(self, source: AsyncSource, schema: str, prepare: bool | None) -> None:
         super().__init__(
             source, schema, psycopg.AsyncConnection, AsyncConnectionPool, _AsyncOwnedPool, prepare
         )
@@ -270,11 +287,25 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
                 yield conn
                 return
 
+    async def _prepares(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """See ``SyncRunner._prepares``."""
+        if self.prepare is not None:
+            return self.prepare
+        known = self._verdicts.get(conn)
+        if known is not None:
+            return known
+        verdict = await probe_async(conn)
+        if verdict is None:
+            return False
+        self._verdicts[conn] = verdict
+        return verdict
+
     async def run(self, call: Call[T]) -> T:
         query = statement(self.schema, call.function)
         with translated_errors(self.schema):
             async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(query, call.args, prepare=self.prepare)
+                prepare = await self._prepares(conn)
+                await cur.execute(query, call.args, prepare=prepare)
                 rows = await cur.fetchall()
                 columns = column_names(cur)
         return call.decode(rows, columns)

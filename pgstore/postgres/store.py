@@ -22,16 +22,20 @@ _Async = TypeVar("_Async", bound="AsyncStore")
 class SyncStore:
     """A store over a sync source: conninfo (own pool), ``Connection`` or ``ConnectionPool``.
 
-    ``prepare=True`` makes each connection prepare the store's statements
-    server-side at their first use, which saves parsing and planning every
-    call (about 40 µs each on the machine of the README's benchmark). Use it
-    where connections reach PostgreSQL directly, or through a pooler that keeps
-    prepared statements (PgBouncer 1.21+ with ``max_prepared_statements``).
-    The default, ``False``, never prepares, whatever the connection's
-    ``prepare_threshold``: behind PgBouncer's transaction pooling without that
-    setting a prepared statement is missing on the next server connection, or
-    is another client's statement of the same name. A connection opened with
-    ``prepare_threshold=None`` prepares nothing, even with ``prepare=True``.
+    ``prepare`` says whether each connection prepares the store's statements
+    server-side at their first use, which saves parsing and planning every call
+    (about 40 µs each on the machine of the benchmark). The default, None,
+    asks each connection once, at its first call (one round trip): it prepares
+    where a prepared statement is sure to be found again, on a direct
+    connection and through a pooler that keeps prepared statements for its
+    clients (PgBouncer 1.21+ with ``max_prepared_statements`` above 0), and
+    never elsewhere, whatever the connection's ``prepare_threshold``: behind
+    PgBouncer's transaction pooling without that setting a prepared statement
+    is missing on the next server connection, or is another client's of the
+    same name (``pgstore.postgres.preparing`` says how it tells them apart).
+    ``prepare=True`` and ``prepare=False`` force it either way, without asking.
+    A connection opened with ``prepare_threshold=None`` prepares nothing, even
+    with ``prepare=True``.
     """
 
     def __init__(
@@ -40,7 +44,7 @@ class SyncStore:
         *,
         schema: str = DEFAULT_SCHEMA,
         auto_migrate: bool = False,
-        prepare: bool = False,
+        prepare: bool | None = None,
     ) -> None:
         self._runner = SyncRunner(source, schema, prepare)
         self._auto_migrate = auto_migrate
@@ -96,7 +100,7 @@ class AsyncStore:
         *,
         schema: str = DEFAULT_SCHEMA,
         auto_migrate: bool = False,
-        prepare: bool = False,
+        prepare: bool | None = None,
     ) -> None:
         self._runner = AsyncRunner(source, schema, prepare)
         self._auto_migrate = auto_migrate
