@@ -489,7 +489,7 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         "unit": "jobs/s",
         "jobs": cfg.peer_jobs,
         "workers": list(cfg.workers),
-        "skipped": {k: v for k, v in missing.items() if v},
+        "skipped": {k: v for k, v in missing.items() if v and k in cfg.peer_systems},
         "peers": {k: v for k, v in peer_info(modules).items() if k in names},
         "systems": {},
         "all_checks_ok": all(r["ok"] for per in runs.values() for rs in per.values() for r in rs)
