@@ -808,7 +808,8 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("renew_many", "run_ids", ([""], "h", 100, TTL)),
     ("renew_many", "holder", (["live"], None, 100, TTL)),
     ("renew_many", "ttl_ms", (["live"], "h", 100, -1)),
-    ("renew_many", "lease_sequences", (["live"]
+    ("renew_many", "lease_sequences", (["live"], "h", 100, TTL, [-1])),
+]
 
 
 def _populated(jobs: JobStoreUnderTest) -> None:
