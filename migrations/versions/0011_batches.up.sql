@@ -120,16 +120,18 @@ BEGIN
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- job_lease's walk with LIMIT p_limit: the subquery walks the pending index
-    -- in lease order and locks up to p_limit rows, skipping rows concurrent
-    -- leasers hold locked; the answer comes back in that order.
+    -- job_lease's walk with LIMIT p_limit: the ARRAY() subquery is an InitPlan
+    -- that runs once, walks the pending index in lease order and locks up to
+    -- p_limit rows, skipping rows concurrent leasers hold locked; the UPDATE then
+    -- reaches them through the primary key (an IN would let the planner hash-join
+    -- a scan of the whole table). The answer comes back in lease order.
     RETURN QUERY
     WITH leased AS (
         UPDATE jobs j
            SET lease_holder = p_holder,
                lease_until = v_until,
                lease_sequence = greatest(j.lease_sequence + 1, token_floor())
-         WHERE j.run_id IN (
+         WHERE j.run_id = ANY (ARRAY(
                    SELECT c.run_id
                      FROM jobs c
                     WHERE NOT c.dispatched
@@ -138,7 +140,7 @@ BEGIN
                       AND (c.lease_until IS NULL OR c.lease_until <= v_now)
                     ORDER BY c.dispatch_at, c.run_id
                     LIMIT p_limit
-                      FOR UPDATE SKIP LOCKED)
+                      FOR UPDATE SKIP LOCKED))
         RETURNING j.*)
     SELECT l.* FROM leased l ORDER BY l.dispatch_at, l.run_id;
 END
@@ -181,7 +183,9 @@ BEGIN
     -- under READ COMMITTED a concurrent job_cancel either committed before this
     -- UPDATE took the row lock (the re-checked row then says cancelled) or
     -- waits for it and then sees the job dispatched. The jobs the UPDATE does
-    -- not record are read as they stood when the statement began.
+    -- not record are read as they stood when the statement began, each through
+    -- the primary key. The UPDATE reaches the given ids through the primary
+    -- key (= ANY; a join alone would let the planner scan the whole table).
     RETURN QUERY
     WITH input AS (
         SELECT u.run_id, u.worker_id, u.lease_sequence, u.ord
@@ -193,16 +197,18 @@ BEGIN
                worker_id = i.worker_id,
                finished_at = coalesce(j.finished_at, now_ms())
           FROM input i
-         WHERE j.run_id = i.run_id
+         WHERE j.run_id = ANY (p_run_ids)
+           AND j.run_id = i.run_id
            AND j.lease_holder = p_holder
            AND (i.lease_sequence IS NULL OR j.lease_sequence = i.lease_sequence)
         RETURNING j.run_id, j.cancelled)
     SELECT i.run_id,
-           coalesce(m.cancelled, s.cancelled, false),
+           coalesce(m.cancelled,
+                    (SELECT s.cancelled FROM jobs s WHERE s.run_id = i.run_id),
+                    false),
            m.run_id IS NOT NULL
       FROM input i
       LEFT JOIN marked m ON m.run_id = i.run_id
-      LEFT JOIN jobs s ON s.run_id = i.run_id
      ORDER BY i.ord;
 END
 $$;
@@ -253,7 +259,8 @@ BEGIN
         UPDATE jobs j
            SET lease_until = v_until
           FROM input i
-         WHERE j.run_id = i.run_id
+         WHERE j.run_id = ANY (p_run_ids)  -- through the primary key
+           AND j.run_id = i.run_id
            AND j.lease_holder = p_holder
            AND j.lease_until > v_now
            AND (i.lease_sequence IS NULL OR j.lease_sequence = i.lease_sequence)
