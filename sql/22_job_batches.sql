@@ -59,6 +59,24 @@ COMMENT ON FUNCTION check_same_length(text, anyarray, integer) IS
 'Raises 22023 naming p_param unless p_value is a one-dimensional array of p_length '
 'elements (NULL elements pass: each caller says what they mean).';
 
+CREATE FUNCTION check_lease_sequences(p_value bigint[], p_length integer) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    IF p_value IS NOT NULL THEN
+        PERFORM check_same_length('lease_sequences', p_value, p_length);
+        IF EXISTS (SELECT FROM unnest(p_value) AS u(s) WHERE s <= 0) THEN
+            PERFORM raise_invalid('lease_sequences must hold positive integers or nulls');
+        END IF;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_lease_sequences(bigint[], integer) IS
+'Raises 22023 naming lease_sequences unless p_value is NULL (no fences) or a '
+'one-dimensional array of p_length elements, each NULL (no fence) or positive.';
+
 CREATE FUNCTION job_schedule_many(p_run_ids text[], p_dispatch_at bigint[]) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -173,14 +191,7 @@ BEGIN
     IF EXISTS (SELECT FROM unnest(p_worker_ids) AS u(w) WHERE length(w) > 1024) THEN
         PERFORM raise_invalid('worker_ids must hold strings of at most 1024 characters');
     END IF;
-    IF p_lease_sequences IS NOT NULL THEN
-        PERFORM check_same_length(
-            'lease_sequences', p_lease_sequences, cardinality(p_run_ids));
-        IF EXISTS (SELECT FROM unnest(p_lease_sequences) AS u(s) WHERE s <= 0) THEN
-            PERFORM raise_invalid(
-                'lease_sequences must hold positive integers or nulls');
-        END IF;
-    END IF;
+    PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
 
     -- job_mark_dispatched's UPDATE for every job at once, and its race rule:
     -- under READ COMMITTED a concurrent job_cancel either committed before this
@@ -242,14 +253,7 @@ BEGIN
     PERFORM check_run_ids(p_run_ids);
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    IF p_lease_sequences IS NOT NULL THEN
-        PERFORM check_same_length(
-            'lease_sequences', p_lease_sequences, cardinality(p_run_ids));
-        IF EXISTS (SELECT FROM unnest(p_lease_sequences) AS u(s) WHERE s <= 0) THEN
-            PERFORM raise_invalid(
-                'lease_sequences must hold positive integers or nulls');
-        END IF;
-    END IF;
+    PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 

@@ -54,5 +54,6 @@ REVOKE ALL ON FUNCTION token_floor() FROM PUBLIC;
 REVOKE ALL ON FUNCTION batch_max() FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_run_ids(text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_same_length(text, anyarray, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_lease_sequences(bigint[], integer) FROM PUBLIC;
 
 REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings FROM PUBLIC;

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -32,23 +31,15 @@ import psycopg
 import pytest
 
 from pgstore import CancelResult, Job, MarkResult, PgJobStore
+from tests import test_job_concurrency
+
+#: The fixture of the single-job race suite: nine autocommit connections.
+connections = test_job_concurrency.connections
 
 pytestmark = pytest.mark.slow
 
 BARRIER_TIMEOUT = 30.0
 LEASE = 600_000
-
-
-@pytest.fixture
-def connections(pgstore_database: str) -> Iterator[list[psycopg.Connection[Any]]]:
-    conns: list[psycopg.Connection[Any]] = []
-    try:
-        for _ in range(9):
-            conns.append(psycopg.connect(pgstore_database, autocommit=True))
-        yield conns
-    finally:
-        for conn in conns:
-            conn.close()
 
 
 def test_batched_leasers_lease_every_job_exactly_once(

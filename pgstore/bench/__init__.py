@@ -62,35 +62,30 @@ def _sizes(text: str) -> tuple[int, ...]:
     return values
 
 
-def _sections(text: str) -> tuple[str, ...]:
+def _chosen(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, each one of ``known``."""
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in SECTIONS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown section(s) {unknown}: choose from {', '.join(SECTIONS)}")
+            f"unknown {what}(s) {unknown}: choose from {', '.join(known)}")
     return names
+
+
+def _sections(text: str) -> tuple[str, ...]:
+    return _chosen(text, SECTIONS, "section")
 
 
 def _systems(text: str) -> tuple[str, ...]:
     from pgstore.bench._peers import SYSTEMS
 
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in SYSTEMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown system(s) {unknown}: choose from {', '.join(SYSTEMS)}")
-    return names
+    return _chosen(text, SYSTEMS, "system")
 
 
 def _burst_systems(text: str) -> tuple[str, ...]:
     from pgstore.bench._burst import BURST_SYSTEMS
 
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in BURST_SYSTEMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown system(s) {unknown}: choose from {', '.join(BURST_SYSTEMS)}")
-    return names
+    return _chosen(text, tuple(BURST_SYSTEMS), "system")
 
 
 def _positive(text: str) -> int:

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -113,18 +115,52 @@ def burst_result(
     )
 
 
-def _run_workers(target: Callable[..., None], spec: BurstSpec, *args: Any) -> list[Any]:
-    """Start ``spec.workers`` processes of ``target(index, results, *args)`` and collect
-    one result each."""
+def _ticks(pid: int) -> tuple[int, int]:
+    """(CPU ticks of ``pid`` and its reaped children, its parent's pid), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]), int(fields[1])
+
+
+def server_cpu_s(dsn: str) -> float | None:
+    """CPU seconds the server at ``dsn`` has used so far, when it runs on this machine:
+    its postmaster's, with every backend it reaped, plus the live backends'. None when
+    /proc does not show it (another machine)."""
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            _, postmaster = _ticks(int(row[0]))
+        total, _ = _ticks(postmaster)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    ticks, parent = _ticks(int(entry))
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == postmaster:
+                    total += ticks
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
+
+
+def _run_workers(
+    target: Callable[..., None], spec: BurstSpec, *args: Any
+) -> tuple[list[Any], float | None]:
+    """Start ``spec.workers`` processes of ``target(index, results, *args)``, collect one
+    result each; and the server's CPU seconds from T until the last result."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=target, args=(i, results, *args)) for i in range(spec.workers)]
     for p in procs:
         p.start()
+    time.sleep(max(0.0, spec.at_ms / 1000 - time.time()))
+    before = server_cpu_s(spec.dsn)
     out = [results.get(timeout=600) for _ in procs]
+    after = server_cpu_s(spec.dsn)
     for p in procs:
         p.join(timeout=60)
-    return out
+    return out, (None if before is None or after is None else after - before)
 
 
 # --- pgstore -----------------------------------------------------------------------------
@@ -151,13 +187,14 @@ def _pgstore_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int,
         # says the burst is drained.
         check = psycopg.connect(dsn, autocommit=True)
         idle_calls = None  # the lease calls of the polls before T
+        cpu_at_t = 0.0
         try:
             while True:
                 await asyncio.sleep(0.05)
                 if time.time() * 1000 < at_ms:
                     continue
                 if idle_calls is None:
-                    idle_calls = d.lease_calls
+                    idle_calls, cpu_at_t = d.lease_calls, time.process_time()
                 row = await asyncio.to_thread(lambda: check.execute(
                     f"SELECT count(*) FROM {ident(schema)}.jobs WHERE NOT dispatched".encode()
                 ).fetchone())
@@ -169,7 +206,7 @@ def _pgstore_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int,
         await runner
         await store.close()
         return {"lease_calls": d.lease_calls - (idle_calls or 0), "mark_calls": d._marks.calls,
-                "marks": d._marks.items}
+                "marks": d._marks.items, "worker_cpu_s": time.process_time() - cpu_at_t}
 
     try:
         stats = asyncio.run(main())
@@ -189,8 +226,8 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int) -> BurstResult:
                 f" FROM generate_series(1, %s) i".encode(), (spec.at_ms, spec.jobs))
             conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
             conn.execute(b"CHECKPOINT")
-        out = _run_workers(_pgstore_worker, spec, spec.dsn, schema, spec.at_ms, spec.jobs,
-                           batch_size)
+        out, server_cpu = _run_workers(_pgstore_worker, spec, spec.dsn, schema, spec.at_ms,
+                                       spec.jobs, batch_size)
         with connect(spec.dsn) as conn:
             finished = [int(r[0]) for r in conn.execute(
                 f"SELECT finished_at FROM {s}.jobs WHERE dispatched".encode()).fetchall()]
@@ -199,7 +236,8 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int) -> BurstResult:
             conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE".encode())
     called = [c for calls, _, _ in out for c in calls]
     detail = {k: sum(st.get(k, 0) for _, st, _ in out) for k in ("lease_calls", "mark_calls",
-                                                                   "marks")}
+                                                                   "marks", "worker_cpu_s")}
+    detail["server_cpu_s"] = server_cpu
     return burst_result(name, spec, [t for _, t in called], [r for r, _ in called], finished,
                         len(finished), [e for _, _, e in out if e], detail)
 
@@ -228,6 +266,7 @@ def _procrastinate_worker(index: int, results: Any, dsn: str, schema: str, at_ms
             worker_id, fetch, finish = row[0], queries["fetch_job"], queries["finish_job"]
             while time.time() * 1000 < at_ms:
                 time.sleep(0.005)
+            cpu_at_t = time.process_time()
             empty = 0
             while empty < 20:
                 job = conn.execute(fetch, {"queues": None, "worker_id": worker_id}).fetchone()
@@ -239,7 +278,7 @@ def _procrastinate_worker(index: int, results: Any, dsn: str, schema: str, at_ms
                 called.append((int(job[0]), time.time_ns() // 1_000_000))
                 conn.execute(finish, {"job_id": job[0], "status": "succeeded",
                                       "delete_job": False})
-        results.put((called, {}, None))
+        results.put((called, {"worker_cpu_s": time.process_time() - cpu_at_t}, None))
     except BaseException as exc:
         results.put((called, {}, f"{type(exc).__name__}: {exc}"))
 
@@ -265,7 +304,8 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
         with connect(spec.dsn) as conn:
             conn.execute(f"VACUUM (ANALYZE) {s}.procrastinate_jobs".encode())
             conn.execute(b"CHECKPOINT")
-        out = _run_workers(_procrastinate_worker, spec, spec.dsn, schema, spec.at_ms)
+        out, server_cpu = _run_workers(_procrastinate_worker, spec, spec.dsn, schema,
+                                       spec.at_ms)
         with connect(spec.dsn) as conn:
             # When each job's succeeded event was written: its finish.
             finished = [int(r[0]) for r in conn.execute(
@@ -281,7 +321,9 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
     called = [c for calls, _, _ in out for c in calls]
     return burst_result("procrastinate", spec, [t for _, t in called],
                         [str(j) for j, _ in called], finished, succeeded,
-                        [e for _, _, e in out if e])
+                        [e for _, _, e in out if e],
+                        {"worker_cpu_s": sum(st.get("worker_cpu_s", 0) for _, st, _ in out),
+                         "server_cpu_s": server_cpu})
 
 
 #: Every system of the burst section, by name: one function each.
@@ -312,11 +354,18 @@ def run_burst(cfg: Settings) -> dict[str, Any]:
             spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers,
                              _db_now_ms(cfg.dsn) + int(lead * 1000))
             r = BURST_SYSTEMS[name](spec)
+            if r.detail.get("server_cpu_s") is not None:
+                # From T to the end: what the drain cost both sides, per job.
+                r.detail["cpu_us_per_job"] = round(
+                    (r.detail["server_cpu_s"] + r.detail.get("worker_cpu_s", 0)) / r.jobs * 1e6)
             runs[name].append(r)
             cfg.log(f"  burst: repeat {rep + 1} {name} W={spec.workers}: {r.jobs} jobs drained"
                     f" in {r.drain_s:.2f} s ({r.jobs_per_s:.0f} jobs/s), lateness p50"
                     f" {r.lateness_ms['p50']:.0f} p99 {r.lateness_ms['p99']:.0f} max"
-                    f" {r.lateness_ms['max']:.0f} ms{'' if r.exactly_once else '  CHECK FAILED'}")
+                    f" {r.lateness_ms['max']:.0f} ms; CPU {r.detail.get('worker_cpu_s', 0):.1f} s"
+                    f" workers + {r.detail.get('server_cpu_s') or float('nan'):.1f} s server"
+                    f" (load {os.getloadavg()[0]:.1f})"
+                    f"{'' if r.exactly_once else '  CHECK FAILED'}")
     systems = {}
     for name, rs in runs.items():
         systems[name] = {
@@ -326,6 +375,8 @@ def run_burst(cfg: Settings) -> dict[str, Any]:
             "lateness_p99_ms": summarize([r.lateness_ms["p99"] for r in rs]),
             "lateness_max_ms": summarize([r.lateness_ms["max"] for r in rs]),
             "exactly_once": all(r.exactly_once for r in rs),
+            "cpu_us_per_job": summarize([r.detail["cpu_us_per_job"] for r in rs
+                                         if "cpu_us_per_job" in r.detail]),
             "runs": [asdict(r) for r in rs],
         }
     over = {}
