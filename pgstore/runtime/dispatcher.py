@@ -114,6 +114,10 @@ PURGE_INTERVAL = 3600.0
 PURGE_BATCH = 1000
 #: The most jobs one lease, mark or renew call carries unless ``batch_size`` says otherwise.
 BATCH_SIZE = 100
+#: How many mark (and, apart, renew) calls may be out at once; the rest wait and go
+#: together in the next. With ``batch_size=1`` this is what bounds the marks: four at a
+#: time, each one job, as the single-job path's runs did through a small pool.
+CALLS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -220,8 +224,9 @@ class Dispatcher(Runtime):
         #: ``batch_size`` while the calls come back full.
         self._batch = 1
         self._marks: Batcher[tuple[Job, str | None], MarkResult] = Batcher(
-            self._mark_many, max_batch=self.batch_size)
-        self._renews: Batcher[Job, bool] = Batcher(self._renew_many, max_batch=self.batch_size)
+            self._mark_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
+        self._renews: Batcher[Job, bool] = Batcher(
+            self._renew_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
         #: Lease calls made (for the bench and the tests).
         self.lease_calls = 0
         self._listener: JobListener | None = None
