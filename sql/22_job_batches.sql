@@ -94,8 +94,9 @@ BEGIN
     END IF;
 
     BEGIN
-        INSERT INTO jobs AS j (run_id, dispatch_at)
-        SELECT u.run_id, u.dispatch_at
+        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts)
+        SELECT u.run_id, u.dispatch_at,
+               (SELECT s.default_max_attempts FROM store_settings s)
           FROM unnest(p_run_ids, p_dispatch_at) AS u(run_id, dispatch_at)
          ORDER BY u.run_id  -- one lock order for every batch
         ON CONFLICT (run_id) DO UPDATE
@@ -113,8 +114,9 @@ END
 $$;
 
 COMMENT ON FUNCTION job_schedule_many(text[], bigint[]) IS
-'job_schedule for each (p_run_ids[i], p_dispatch_at[i]), in one INSERT: adds the '
-'jobs, and for existing ones moves only dispatch_at. At commit, notifies '
+'job_schedule (without p_max_attempts) for each (p_run_ids[i], p_dispatch_at[i]), '
+'in one INSERT: adds the jobs with store_settings.default_max_attempts, and for '
+'existing ones moves only dispatch_at. At commit, notifies '
 'job_channel() once, with the earliest dispatch_at as the payload (nothing for '
 'empty arrays). 22023 and nothing changes: run_ids NULL, longer than batch_max(), '
 'with a NULL, empty, too long or repeated id; dispatch_at NULL, not as long, or '
@@ -151,12 +153,14 @@ BEGIN
         UPDATE jobs j
            SET lease_holder = p_holder,
                lease_until = v_until,
-               lease_sequence = greatest(j.lease_sequence + 1, token_floor())
+               lease_sequence = greatest(j.lease_sequence + 1, token_floor()),
+               attempts = j.attempts + 1
          WHERE j.run_id = ANY (ARRAY(
                    SELECT c.run_id
                      FROM jobs c
                     WHERE NOT c.dispatched
                       AND NOT c.cancelled
+                      AND NOT c.failed
                       AND c.dispatch_at <= v_now
                       AND (c.lease_until IS NULL OR c.lease_until <= v_now)
                     ORDER BY c.dispatch_at, c.run_id
@@ -169,9 +173,9 @@ $$;
 
 COMMENT ON FUNCTION job_lease_many(text, bigint, bigint, integer) IS
 'job_lease for up to p_limit jobs at once: leases to p_holder, until now + p_ttl_ms, '
-'the next due, uncancelled, undispatched jobs whose lease is absent or expired, in '
-'lease order (dispatch_at, then run_id), bumping each one''s lease_sequence as '
-'job_lease does. Returns them in that order: fewer than p_limit (none) when no more '
+'the next due, uncancelled, undispatched, unfailed jobs whose lease is absent or '
+'expired, in lease order (dispatch_at, then run_id), bumping each one''s '
+'lease_sequence and adding one to its attempts as job_lease does. Returns them in that order: fewer than p_limit (none) when no more '
 'are leasable right now; rows locked by concurrent leasers are skipped. One UPDATE. '
 '22023: p_limit NULL, not positive or above batch_max(), and job_lease''s rules.';
 

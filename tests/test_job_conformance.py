@@ -691,6 +691,22 @@ def test_lease_many_leases_up_to_limit_in_lease_order_as_repeated_leases_would(
     assert all(s.get(j.run_id) == j for j in again)
 
 
+def test_lease_many_counts_attempts_and_never_leases_a_failed_job(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("f", 10, 1)
+    s.schedule_many(["a", "b"], [20, 30])
+    assert present(s.get("a")).max_attempts == DEFAULT_MAX_ATTEMPTS  # the store's default
+    leased = s.lease_many("h", 100, TTL, 10)
+    assert [(j.run_id, j.attempts) for j in leased] == [("f", 1), ("a", 1), ("b", 1)]
+    assert s.release("f", "h", 100, leased[0].lease_sequence) is True  # its last attempt
+    assert present(s.get("f")).failed
+    again = s.lease_many("h2", 100 + TTL, TTL, 10)  # a and b expired; f failed for good
+    assert [(j.run_id, j.attempts) for j in again] == [("a", 2), ("b", 2)]
+    assert [j.run_id for j in s.lease_many("h3", 10**9, TTL, 10)] == ["a", "b"]  # never f
+
+
 def test_mark_dispatched_many_answers_each_job_as_mark_dispatched_would(
     jobs: JobStoreUnderTest,
 ) -> None:
