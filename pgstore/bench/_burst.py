@@ -10,17 +10,19 @@ how late after T the provider calls came (p50, p99, max), and the number of
 jobs dispatched over time (``burst.png``). Every run is checked in the
 database: every job dispatched exactly once (and no provider call made twice).
 
-A system is one function ``(BurstSpec) -> BurstResult``: it schedules the
-jobs due at ``spec.at_ms``, starts its workers before then, and returns what
-they recorded through ``burst_result``, which computes the figures the same
-way for everyone. ``BURST_SYSTEMS`` names them; a peer added to the
+A system is one function ``(BurstSpec) -> BurstResult``: it stores the jobs
+(not yet due), starts its workers through ``_run_workers``, which sets T a
+moment after every worker is up and waiting and makes the jobs due then, and
+returns what they recorded through ``burst_result``, which computes the
+figures the same way for everyone. ``BURST_SYSTEMS`` names them; a peer added to the
 benchmark adds its function there.
 
 * ``pgstore_batch``: W processes, each one ``Dispatcher`` on an
   ``AsyncPgJobStore`` (``concurrency`` 500, ``batch_size`` 100): leases,
   marks and renews in batches.
-* ``pgstore_single``: the same Dispatchers with ``batch_size=1``: one lease
-  and one mark per job, the path before the batch calls.
+* ``pgstore_single``: Dispatchers as they were before the batch calls: one
+  lease and one mark per job (``batch_size=1``), the default ``concurrency``
+  (4).
 * ``procrastinate``: W processes running its own fetch-job / finish-job loop
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), the jobs
   deferred with ``scheduled_at`` = T (the peers extra).
@@ -33,7 +35,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +44,11 @@ import psycopg
 from pgstore.bench._common import Settings, connect, fresh_store_schema, ident, schema_name
 from pgstore.bench._common import summary as summarize
 
-#: How long before T the workers are started (they wait for T like any dispatcher).
-LEAD_S = 4.0
+#: T is this long (ms) after every worker said it is up and waiting (a loaded machine
+#: can take many seconds to start eight Python processes: T never falls before that).
+LEAD_MS = 1_500
+#: The due time the jobs are stored with until T is known: 2100-01-01 (epoch ms).
+NOT_YET = 4_102_444_800_000
 #: The width of one step of the dispatched-over-time line (ms).
 STEP_MS = 100
 
@@ -51,7 +56,8 @@ STEP_MS = 100
 @dataclass(frozen=True)
 class BurstSpec:
     """What every system is asked to do: ``jobs`` jobs due at ``at_ms`` (epoch ms, the
-    database clock), drained by ``workers`` processes started before then."""
+    database clock; 0 until ``_run_workers`` sets it), drained by ``workers`` processes
+    started before then."""
 
     dsn: str
     jobs: int
@@ -144,30 +150,56 @@ def server_cpu_s(dsn: str) -> float | None:
         return None
 
 
+@dataclass
+class Gate:
+    """What a worker process gets to wait for T: it says it is ready, waits for ``go``,
+    then reads T (epoch ms) from ``at``."""
+
+    ready: Any
+    go: Any
+    at: Any
+
+    def wait_for_t(self, index: int) -> int:
+        self.ready.put(index)
+        self.go.wait()
+        return int(self.at.value)
+
+
 def _run_workers(
-    target: Callable[..., None], spec: BurstSpec, *args: Any
-) -> tuple[list[Any], float | None]:
-    """Start ``spec.workers`` processes of ``target(index, results, *args)``, collect one
-    result each; and the server's CPU seconds from T until the last result."""
+    target: Callable[..., None], spec: BurstSpec, due: Callable[[int], None], *args: Any
+) -> tuple[list[Any], float | None, BurstSpec]:
+    """Start ``spec.workers`` processes of ``target(index, results, gate, *args)``; once
+    all are ready, set T a moment ahead, make the jobs due then (``due(T)``) and let them
+    go; collect one result each. Returns them, the server's CPU seconds from T until the
+    last result, and the spec with T."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(i, results, *args)) for i in range(spec.workers)]
+    gate = Gate(ctx.Queue(), ctx.Event(), ctx.Value("q", 0))
+    procs = [ctx.Process(target=target, args=(i, results, gate, *args))
+             for i in range(spec.workers)]
     for p in procs:
         p.start()
-    time.sleep(max(0.0, spec.at_ms / 1000 - time.time()))
+    for _ in procs:
+        gate.ready.get(timeout=600)
+    at_ms = _db_now_ms(spec.dsn) + LEAD_MS
+    due(at_ms)
+    gate.at.value = at_ms
+    gate.go.set()
+    time.sleep(max(0.0, at_ms / 1000 - time.time()))
     before = server_cpu_s(spec.dsn)
-    out = [results.get(timeout=600) for _ in procs]
+    out = [results.get(timeout=900) for _ in procs]
     after = server_cpu_s(spec.dsn)
     for p in procs:
         p.join(timeout=60)
-    return out, (None if before is None or after is None else after - before)
+    cpu = None if before is None or after is None else after - before
+    return out, cpu, replace(spec, at_ms=at_ms)
 
 
 # --- pgstore -----------------------------------------------------------------------------
 
 
-def _pgstore_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int, jobs: int,
-                    batch_size: int) -> None:
+def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
+                    batch_size: int, concurrency: int) -> None:
     from pgstore.models import Job
     from pgstore.postgres.jobs import AsyncPgJobStore
     from pgstore.runtime.dispatcher import Dispatcher
@@ -180,9 +212,11 @@ def _pgstore_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int,
 
     async def main() -> dict[str, Any]:
         store = AsyncPgJobStore(dsn, schema=schema)
-        d = Dispatcher(store, dispatch, holder=f"burst-{index}", concurrency=500,
+        d = Dispatcher(store, dispatch, holder=f"burst-{index}", concurrency=concurrency,
                        batch_size=batch_size, poll_interval=0.05, listen=False)
         runner = asyncio.ensure_future(d.run(handle_signals=False))
+        await asyncio.sleep(0.2)  # polling: up and waiting
+        at_ms = await asyncio.to_thread(gate.wait_for_t, index)
         # Until T plus a while with nothing left: every worker stops once the database
         # says the burst is drained.
         check = psycopg.connect(dsn, autocommit=True)
@@ -215,7 +249,8 @@ def _pgstore_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int,
         results.put((called, {}, f"{type(exc).__name__}: {exc}"))
 
 
-def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int) -> BurstResult:
+def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int, concurrency: int
+                   ) -> BurstResult:
     schema = schema_name("burst_" + name)
     fresh_store_schema(spec.dsn, schema)
     s = ident(schema)
@@ -223,11 +258,16 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int) -> BurstResult:
         with connect(spec.dsn) as conn:
             conn.execute(  # the bulk of job_schedule_many calls, straight: the fill is not timed
                 f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'b-' || i, %s"
-                f" FROM generate_series(1, %s) i".encode(), (spec.at_ms, spec.jobs))
+                f" FROM generate_series(1, %s) i".encode(), (NOT_YET, spec.jobs))
             conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
             conn.execute(b"CHECKPOINT")
-        out, server_cpu = _run_workers(_pgstore_worker, spec, spec.dsn, schema, spec.at_ms,
-                                       spec.jobs, batch_size)
+
+        def due(at_ms: int) -> None:
+            with connect(spec.dsn) as conn:
+                conn.execute(f"UPDATE {s}.jobs SET dispatch_at = %s".encode(), (at_ms,))
+
+        out, server_cpu, spec = _run_workers(_pgstore_worker, spec, due, spec.dsn, schema,
+                                             batch_size, concurrency)
         with connect(spec.dsn) as conn:
             finished = [int(r[0]) for r in conn.execute(
                 f"SELECT finished_at FROM {s}.jobs WHERE dispatched".encode()).fetchall()]
@@ -243,17 +283,20 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int) -> BurstResult:
 
 
 def burst_pgstore_batch(spec: BurstSpec) -> BurstResult:
-    return _pgstore_burst(spec, "pgstore_batch", 100)
+    """Dispatchers built for bursts: batches of up to 100, 500 dispatches at once."""
+    return _pgstore_burst(spec, "pgstore_batch", 100, 500)
 
 
 def burst_pgstore_single(spec: BurstSpec) -> BurstResult:
-    return _pgstore_burst(spec, "pgstore_single", 1)
+    """The path before the batch calls: one job a call, the default concurrency (4)."""
+    return _pgstore_burst(spec, "pgstore_single", 1, 4)
 
 
 # --- procrastinate ------------------------------------------------------------------------
 
 
-def _procrastinate_worker(index: int, results: Any, dsn: str, schema: str, at_ms: int) -> None:
+def _procrastinate_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str
+                          ) -> None:
     from pgstore.bench._peers import _module
 
     called: list[tuple[int, int]] = []
@@ -264,6 +307,7 @@ def _procrastinate_worker(index: int, results: Any, dsn: str, schema: str, at_ms
                 "SELECT worker_id FROM procrastinate_register_worker_v1()").fetchone()
             assert row is not None
             worker_id, fetch, finish = row[0], queries["fetch_job"], queries["finish_job"]
+            at_ms = gate.wait_for_t(index)
             while time.time() * 1000 < at_ms:
                 time.sleep(0.005)
             cpu_at_t = time.process_time()
@@ -300,12 +344,17 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
                 "SELECT procrastinate_defer_jobs_v1(ARRAY(SELECT ROW('default', 'bench', 0,"
                 " NULL, NULL, '{}'::jsonb, to_timestamp(%s / 1000.0))"
                 "::procrastinate_job_to_defer_v1 FROM generate_series(1, %s)))",
-                (spec.at_ms, spec.jobs))
+                (NOT_YET, spec.jobs))
         with connect(spec.dsn) as conn:
             conn.execute(f"VACUUM (ANALYZE) {s}.procrastinate_jobs".encode())
             conn.execute(b"CHECKPOINT")
-        out, server_cpu = _run_workers(_procrastinate_worker, spec, spec.dsn, schema,
-                                       spec.at_ms)
+        def due(at_ms: int) -> None:  # its triggers find their tables on the search_path
+            with connect(spec.dsn, options=f"-c search_path={schema}") as conn:
+                conn.execute(f"UPDATE {s}.procrastinate_jobs"
+                             f" SET scheduled_at = to_timestamp(%s / 1000.0)".encode(), (at_ms,))
+
+        out, server_cpu, spec = _run_workers(_procrastinate_worker, spec, due, spec.dsn,
+                                             schema)
         with connect(spec.dsn) as conn:
             # When each job's succeeded event was written: its finish.
             finished = [int(r[0]) for r in conn.execute(
@@ -350,9 +399,7 @@ def run_burst(cfg: Settings) -> dict[str, Any]:
     runs: dict[str, list[BurstResult]] = {n: [] for n in names}
     for rep in range(cfg.burst_repeats):
         for name in names:
-            lead = LEAD_S + cfg.burst_jobs / 50_000  # the fill comes first
-            spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers,
-                             _db_now_ms(cfg.dsn) + int(lead * 1000))
+            spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers, 0)  # T: once ready
             r = BURST_SYSTEMS[name](spec)
             if r.detail.get("server_cpu_s") is not None:
                 # From T to the end: what the drain cost both sides, per job.

@@ -370,7 +370,10 @@ class Dispatcher(Runtime):
     async def _dispatch_and_mark(self, job: Job, anchor: float) -> str:
         """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
         or ``released``)."""
-        keeper = _LazyKeeper(self._keeper(job, anchor), self.lease_ms / 3000)
+        # Started when its first renew is due (a third of the lease after the lease's
+        # anchor), so a run that starts late under load still renews on time.
+        keeper = _LazyKeeper(self._keeper(job, anchor),
+                             anchor + self.lease_ms / 3000 - time.monotonic())
         started = time.monotonic()
 
         def ran(outcome: Literal["ok", "error", "abandoned"]) -> None:
@@ -558,13 +561,13 @@ class Dispatcher(Runtime):
 
 
 class _LazyKeeper:
-    """A job's keeper, started only once its dispatch has run ``delay`` seconds (its
-    first renew is due then anyway): most dispatches end before and cost no task."""
+    """A job's keeper, started only ``delay`` seconds from now, when its first renew is
+    due anyway: most dispatches end before and cost no task."""
 
     def __init__(self, keeper: Coroutine[Any, Any, None], delay: float) -> None:
         self._keeper: Coroutine[Any, Any, None] | None = keeper
         self._task: asyncio.Future[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(delay, self._start)
+        self._timer = asyncio.get_running_loop().call_later(max(delay, 0.0), self._start)
 
     def _start(self) -> None:
         if self._keeper is not None:
