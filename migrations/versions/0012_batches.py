@@ -1,4 +1,4 @@
-"""pgstore 0011: the job store's batch calls, for bursts.
+"""pgstore 0012: the job store's batch calls, for bursts.
 
 ``job_schedule_many(p_run_ids, p_dispatch_at)``, ``job_lease_many(p_holder,
 p_now, p_ttl_ms, p_limit)``, ``job_mark_dispatched_many(p_run_ids, p_holder,
@@ -11,8 +11,8 @@ Frozen: runs the SQL files beside this file, as written when this revision
 was made, and grants the functions listed here. Changes to sql/ need a new
 revision.
 
-Revision ID: pgstore_0011
-Revises: pgstore_0010
+Revision ID: pgstore_0012
+Revises: pgstore_0011
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 from pgstore.schema.alembic_steps import grant_client_role, run_sql_beside
 from pgstore.schema.function import Function
 
-revision = "pgstore_0011"
-down_revision = "pgstore_0010"
+revision = "pgstore_0012"
+down_revision = "pgstore_0011"
 branch_labels = None
 depends_on = None
 
@@ -35,9 +35,9 @@ CLIENT_FUNCTIONS = (
 
 
 def upgrade() -> None:
-    run_sql_beside(__file__, "0011_batches.up.sql")
+    run_sql_beside(__file__, "0012_batches.up.sql")
     grant_client_role(CLIENT_FUNCTIONS)
 
 
 def downgrade() -> None:
-    run_sql_beside(__file__, "0011_batches.down.sql")
+    run_sql_beside(__file__, "0012_batches.down.sql")

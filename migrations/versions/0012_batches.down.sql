@@ -1,4 +1,4 @@
--- pgstore 0011, downgrade: back to pgstore_0010. The batch calls go; no row changes.
+-- pgstore 0012, downgrade: back to pgstore_0011. The batch calls go; no row changes.
 
 DROP FUNCTION job_renew_many(text[], text, bigint, bigint, bigint[]);
 DROP FUNCTION job_mark_dispatched_many(text[], text, text[], bigint[]);
@@ -13,4 +13,4 @@ CREATE OR REPLACE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0010'::text $$;
+AS $$ SELECT 'pgstore_0011'::text $$;

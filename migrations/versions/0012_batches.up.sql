@@ -1,4 +1,4 @@
--- pgstore 0011, upgrade: the job store's batch calls.
+-- pgstore 0012, upgrade: the job store's batch calls.
 --
 -- * job_schedule_many, job_lease_many, job_mark_dispatched_many and
 --   job_renew_many: one statement over up to batch_max() jobs each, with the
@@ -301,4 +301,4 @@ CREATE OR REPLACE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0011'::text $$;
+AS $$ SELECT 'pgstore_0012'::text $$;
