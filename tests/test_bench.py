@@ -208,7 +208,8 @@ def test_quick_burst_dispatches_every_job_once_and_draws_the_chart(
         assert run["lateness_ms"]["p50"] <= run["lateness_ms"]["p99"] <= run["lateness_ms"]["max"]
     batch = burst["systems"]["pgstore_batch"]["runs"][0]["detail"]
     single = burst["systems"]["pgstore_single"]["runs"][0]["detail"]
-    assert batch["lease_calls"] < 600 / 10 and single["lease_calls"] >= 600  # batched, or not
+    # Batched, or one job a call (counted from the first look after T: a few go uncounted).
+    assert batch["lease_calls"] < 600 / 10 and single["lease_calls"] >= 600 * 0.9
     assert _positive(burst["batch_over"]["pgstore_single"]["median"])
     names = [t["name"] for t in doc["targets"]]
     assert any("T to last dispatch" in n for n in names)
