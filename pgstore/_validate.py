@@ -21,6 +21,8 @@ NAME_MAX_CHARS = 1024
 #: A schedule's spec, as sql/00_common.sql's check_length says: a cron expression
 #: with its zone is under 100 characters, an interval or delay under 20.
 SPEC_MAX_CHARS = 1024
+#: The most jobs one batch call takes, as sql/22_job_batches.sql's batch_max() says.
+BATCH_MAX = 10_000
 
 _S = TypeVar("_S", bound=str)
 
@@ -59,6 +61,16 @@ def text_list(param: str, value: object) -> None:
         raise InvalidArgument(f"{param} must be a list of strings, not {type(value).__name__}")
     for item in value:
         text(param, item)
+
+
+def integer_list(param: str, value: object) -> None:
+    """None, or a list or tuple of integers (or Nones) that fit bigint."""
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)):
+        raise InvalidArgument(f"{param} must be a list of integers, not {type(value).__name__}")
+    for item in value:
+        integer(param, item)
 
 
 def name(param: str, value: object) -> str:
@@ -119,6 +131,30 @@ def names(param: str, value: object) -> list[str] | None:
     assert isinstance(value, (list, tuple))
     if any(not isinstance(v, str) or v == "" or len(v) > NAME_MAX_CHARS for v in value):
         raise InvalidArgument(f"{param} must hold non-empty strings of at most 1024 characters")
+    return list(value)
+
+
+def run_ids(value: object) -> list[str]:
+    """A batch's run ids, as sql/22_job_batches.sql's check_run_ids says: a list of at
+    most ``BATCH_MAX`` distinct, non-empty strings of at most 1024 characters."""
+    text_list("run_ids", value)
+    if value is None:
+        raise InvalidArgument("run_ids must not be null")
+    assert isinstance(value, (list, tuple))
+    if len(value) > BATCH_MAX:
+        raise InvalidArgument(
+            f"run_ids must be a one-dimensional array of at most {BATCH_MAX} elements")
+    if any(not isinstance(r, str) or r == "" or len(r) > NAME_MAX_CHARS for r in value):
+        raise InvalidArgument("run_ids must hold non-empty strings of at most 1024 characters")
+    if len(set(value)) < len(value):
+        raise InvalidArgument("run_ids must not repeat a run_id")
+    return list(value)
+
+
+def same_length(param: str, value: object, length: int) -> list[object]:
+    """A batch's companion array: a list of exactly ``length`` elements (check_same_length)."""
+    if not isinstance(value, (list, tuple)) or len(value) != length:
+        raise InvalidArgument(f"{param} must be a one-dimensional array as long as run_ids")
     return list(value)
 
 

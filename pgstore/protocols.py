@@ -189,6 +189,27 @@ class JobStore(Protocol):
         """Delete at most ``limit`` finished jobs whose ``finished_at`` is before ``before``,
         oldest first, never a waiting job nor one under a live lease; how many went."""
 
+    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        """``schedule`` for each ``(run_ids[i], dispatch_at[i])``: distinct ids, at most
+        10000."""
+
+    def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int
+    ) -> builtins.list[Job]:
+        """``lease`` up to ``limit`` jobs (at most 10000), in lease order."""
+
+    def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[MarkResult]:
+        """``mark_dispatched`` for each job: one answer per job, in the order given."""
+
+    def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[bool]:
+        """``renew`` for each job: one answer per job, in the order given."""
+
 
 class AsyncJobStore(Protocol):
     """``JobStore`` for asyncio: the same methods, awaited."""
@@ -231,3 +252,19 @@ class AsyncJobStore(Protocol):
     async def remove(self, run_id: str) -> None: ...
 
     async def purge(self, before: int, limit: int) -> int: ...
+
+    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None: ...
+
+    async def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int
+    ) -> builtins.list[Job]: ...
+
+    async def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[MarkResult]: ...
+
+    async def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[bool]: ...

@@ -173,3 +173,23 @@ class LoopJobStore(_OnLoop):
 
     def purge(self, before: int, limit: int) -> int:
         return self._run(self.store.purge(before, limit))
+
+    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        self._run(self.store.schedule_many(run_ids, dispatch_at))
+
+    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
+        return self._run(self.store.lease_many(holder, now, ttl_ms, limit))
+
+    def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[MarkResult]:
+        return self._run(
+            self.store.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
+        )
+
+    def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[bool]:
+        return self._run(self.store.renew_many(run_ids, holder, now, ttl_ms, lease_sequences))

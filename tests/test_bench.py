@@ -223,3 +223,30 @@ def test_the_node_peers_are_skipped_in_one_line_without_node(
     assert set(peers["skipped"]) == set(NODE_PEERS)
     assert all("not found on the PATH" in why for why in peers["skipped"].values())
     assert "skipped" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_quick_burst_dispatches_every_job_once_and_draws_the_chart(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    doc = _bench(pgstore_database, tmp_path, "--only", "burst", "--burst-jobs", "600",
+                 "--burst-workers", "2", "--burst-systems", "pgstore_batch,pgstore_single")
+    assert doc["errors"] == {}
+    burst = doc["results"]["burst"]
+    assert burst["all_checks_ok"] and burst["jobs"] == 600 and burst["workers"] == 2
+    assert sorted(burst["systems"]) == ["pgstore_batch", "pgstore_single"]
+    for name, st in burst["systems"].items():
+        (run,) = st["runs"]
+        assert run["exactly_once"] and run["errors"] == [], (name, run)
+        assert run["timeline"][-1][1] == 600  # every job, on the line drawn
+        assert run["drain_s"] > 0 and run["jobs_per_s"] > 0
+        assert run["lateness_ms"]["p50"] <= run["lateness_ms"]["p99"] <= run["lateness_ms"]["max"]
+    batch = burst["systems"]["pgstore_batch"]["runs"][0]["detail"]
+    single = burst["systems"]["pgstore_single"]["runs"][0]["detail"]
+    # Batched, or one job a call (counted from the first look after T: a few go uncounted).
+    assert batch["lease_calls"] < 600 / 10 and single["lease_calls"] >= 600 * 0.9
+    assert _positive(burst["batch_over"]["pgstore_single"]["median"])
+    names = [t["name"] for t in doc["targets"]]
+    assert any("T to last dispatch" in n for n in names)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "burst.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -131,6 +131,14 @@ text_arrays = st.one_of(
     st.lists(text_or_null, max_size=6),
     st.lists(st.lists(text_or_null, min_size=2, max_size=2), min_size=1, max_size=3),
 )
+#: The batch calls' companion arrays: as long as their run_ids or not, NULL elements,
+#: the bigint edges, two dimensions.
+bigint_arrays = st.one_of(
+    st.none(),
+    st.lists(st.one_of(st.none(), st.sampled_from(BIGINT_EDGES), st.integers(-3, 5)),
+             max_size=6),
+    st.lists(st.lists(st.integers(-3, 5), min_size=2, max_size=2), min_size=1, max_size=3),
+)
 
 
 def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
@@ -143,6 +151,8 @@ def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
         return integers
     if type_ == "text[]":
         return text_arrays
+    if type_ == "bigint[]":
+        return bigint_arrays
     raise AssertionError(f"no strategy for {name} {type_}: add one")
 
 
@@ -156,6 +166,7 @@ SQL_FUNCTIONS = [
     "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
     "job_release", "job_retry", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
     "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
+    "job_schedule_many", "job_lease_many", "job_mark_dispatched_many", "job_renew_many",
 ]
 
 STATE_SQL = """
@@ -255,7 +266,7 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t)
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
-           AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor')
+           AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max')
            -- the helpers: not granted to clients
         """,
         (db.schema,),
@@ -352,6 +363,7 @@ def _incompressible_4_byte_id(length: int = 1024) -> str:
 @pytest.mark.parametrize("call", [
     "SELECT * FROM {s}.schedule_register(%s, 'once', '0', 0, 0)",
     "SELECT * FROM {s}.job_schedule(%s, 0)",
+    "SELECT * FROM {s}.job_schedule_many(ARRAY[%s], ARRAY[0]::bigint[])",
 ])
 def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_sql(db: Database, call: str) -> None:
     # 1024 incompressible 4-byte characters pass check_name but cannot fit a btree
@@ -440,6 +452,8 @@ sequences = st.one_of(st.none(), st.integers(-2, 5))
 statuses = st.sampled_from(["ok", "error", "skipped"])
 #: The catch-up policies, and strings next to them that both stores must refuse.
 catch_ups = st.sampled_from(["skip", "once", "all", "", "ONCE", "all ", "never", "skipped"])
+#: A batch's run ids: usually distinct seeded and fresh ones, sometimes a repeat.
+batch_ids = st.one_of(st.lists(run_ids, max_size=4, unique=True), st.lists(run_ids, max_size=4))
 #: Specs around their 1024-character limit too, so the stores agree at the edge.
 specs = st.one_of(
     st.text(max_size=20),
@@ -492,6 +506,14 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "remove": [run_ids],
     "purge": [st.one_of(times, st.sampled_from([-1, -(2**63), 2**63 - 1, 2**63])),
               st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
+    "schedule_many": [batch_ids, st.lists(st.integers(-(10**6), 10**13), max_size=4)],
+    "lease_many": [names, times, positives,
+                   st.one_of(st.integers(1, 5), st.sampled_from([0, -1, 10_000, 10_001]))],
+    "mark_dispatched_many": [batch_ids, names,
+                             st.lists(st.one_of(st.none(), st.text(max_size=10)), max_size=4),
+                             st.one_of(st.none(), st.lists(sequences, max_size=4))],
+    "renew_many": [batch_ids, names, times, positives,
+                   st.one_of(st.none(), st.lists(sequences, max_size=4))],
     "now_ms": [],
 }
 #: Methods that take no per-call value worth drawing (lifecycle).

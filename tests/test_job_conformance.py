@@ -654,6 +654,103 @@ def test_release_error_of_4096_characters_is_kept(jobs: JobStoreUnderTest) -> No
     assert present(s.get("r1")).last_error == wide
 
 
+# --- batches: the single-job rules for many jobs in one call ------------------------------
+
+
+def test_schedule_many_adds_jobs_and_moves_only_dispatch_at_of_existing_ones(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("old", 100)
+    assert s.lease("h1", 100, TTL) is not None
+    s.schedule_many(["new", "old"], [300, 200])
+    assert jobs.state() == [
+        _job("new", 300),
+        _job("old", 200, lease_holder="h1", lease_until=100 + TTL, lease_sequence=1),
+    ]
+    s.schedule_many([], [])
+    assert len(jobs.state()) == 2
+
+
+def test_lease_many_leases_up_to_limit_in_lease_order_as_repeated_leases_would(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule_many(["e", "d", "c", "b", "a", "later"], [20, 10, 10, 30, 40, 9_000])
+    s.cancel("b")
+    assert s.lease("other", 100, TTL) is not None  # c: held, skipped below
+    leased = s.lease_many("h1", 100, TTL, 2)
+    assert [(j.run_id, j.lease_holder, j.lease_until, j.lease_sequence) for j in leased] == [
+        ("d", "h1", 100 + TTL, 1), ("e", "h1", 100 + TTL, 1)]
+    assert [j.run_id for j in s.lease_many("h2", 100, TTL, 10)] == ["a"]
+    assert s.lease_many("h3", 100, TTL, 10) == []
+    # Expired leases are leased again, with the next lease sequence.
+    again = s.lease_many("h4", 100 + TTL, TTL, 10)
+    assert [(j.run_id, j.lease_sequence) for j in again] == [
+        ("c", 2), ("d", 2), ("e", 2), ("a", 2)]
+    assert all(s.get(j.run_id) == j for j in again)
+
+
+def test_lease_many_counts_attempts_and_never_leases_a_failed_job(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("f", 10, 1)
+    s.schedule_many(["a", "b"], [20, 30])
+    assert present(s.get("a")).max_attempts == DEFAULT_MAX_ATTEMPTS  # the store's default
+    leased = s.lease_many("h", 100, TTL, 10)
+    assert [(j.run_id, j.attempts) for j in leased] == [("f", 1), ("a", 1), ("b", 1)]
+    assert s.release("f", "h", 100, leased[0].lease_sequence) is True  # its last attempt
+    assert present(s.get("f")).failed
+    again = s.lease_many("h2", 100 + TTL, TTL, 10)  # a and b expired; f failed for good
+    assert [(j.run_id, j.attempts) for j in again] == [("a", 2), ("b", 2)]
+    assert [j.run_id for j in s.lease_many("h3", 10**9, TTL, 10)] == ["a", "b"]  # never f
+
+
+def test_mark_dispatched_many_answers_each_job_as_mark_dispatched_would(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule_many(["a", "b", "c", "d"], [10, 20, 30, 40])
+    held = {j.run_id: j for j in s.lease_many("h1", 100, TTL, 3)}  # a, b, c
+    s.cancel("b")
+    assert s.lease("h2", 100, TTL) is not None  # d, another holder's
+    answers = s.mark_dispatched_many(
+        ["d", "c", "b", "a", "gone"], "h1", ["w-d", None, "w-b", "w-a", "w"],
+        [None, held["c"].lease_sequence + 1, None, held["a"].lease_sequence, None],
+    )
+    assert answers == [
+        MarkResult(cancelled=False, recorded=False),  # d: h2 holds it
+        MarkResult(cancelled=False, recorded=False),  # c: another lease's fence
+        MarkResult(cancelled=True, recorded=True),  # b: recorded; the bot must leave
+        MarkResult(cancelled=False, recorded=True),  # a
+        MarkResult(cancelled=False, recorded=False),  # gone
+    ]
+    state = {j.run_id: j for j in jobs.state()}
+    assert (state["a"].dispatched, state["a"].worker_id) == (True, "w-a")
+    assert (state["b"].dispatched, state["b"].worker_id) == (True, "w-b")
+    assert not state["c"].dispatched and not state["d"].dispatched
+    assert s.mark_dispatched_many([], "h1", []) == []
+    # After an expiry nobody else took: still recorded (a dispatch can outlive its lease).
+    assert s.mark_dispatched_many(["c"], "h1", ["w-c"]) == [MarkResult(False, True)]
+
+
+def test_renew_many_answers_each_job_as_renew_would(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule_many(["a", "b", "c"], [10, 20, 30])
+    held = s.lease_many("h1", 100, TTL, 2)  # a, b
+    assert s.lease("h2", 100, TTL) is not None  # c
+    fences = [held[0].lease_sequence, held[1].lease_sequence + 1, None, None]
+    assert s.renew_many(["a", "b", "c", "gone"], "h1", 500, 5 * TTL, fences) == [
+        True, False, False, False]
+    assert s.get("a") == _job("a", 10, lease_holder="h1", lease_until=500 + 5 * TTL,
+                              lease_sequence=1)
+    assert s.get("b") == _job("b", 20, lease_holder="h1", lease_until=100 + TTL,
+                              lease_sequence=1)
+    assert s.renew_many(["b"], "h1", 100 + TTL, TTL) == [False]  # expired
+    assert s.renew_many([], "h1", 100, TTL) == []
+
+
 # --- bad input (docs/contract.md) -------------------------------------------------------------------
 
 BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
@@ -705,6 +802,29 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("purge", "limit", (2**62, 0)),
     ("purge", "limit", (2**62, -1)),
     ("purge", "limit", (2**62, None)),
+    ("schedule_many", "run_ids", (None, [1])),
+    ("schedule_many", "run_ids", (["r", ""], [1, 2])),
+    ("schedule_many", "run_ids", (["r", None], [1, 2])),
+    ("schedule_many", "run_ids", (["r", LONG], [1, 2])),
+    ("schedule_many", "run_ids", (["pending", "pending"], [1, 2])),
+    ("schedule_many", "run_ids", ([f"r{i}" for i in range(10_001)], [0] * 10_001)),
+    ("schedule_many", "dispatch_at", (["r", "s"], [1])),
+    ("schedule_many", "dispatch_at", (["r", "s"], [1, None])),
+    ("lease_many", "holder", ("", 100, TTL, 5)),
+    ("lease_many", "ttl_ms", ("h", 100, 0, 5)),
+    ("lease_many", "limit", ("h", 100, TTL, 0)),
+    ("lease_many", "limit", ("h", 100, TTL, None)),
+    ("lease_many", "limit", ("h", 100, TTL, 10_001)),
+    ("mark_dispatched_many", "run_ids", (["live", "live"], "h", ["w", "w"])),
+    ("mark_dispatched_many", "holder", (["live"], "", ["w"])),
+    ("mark_dispatched_many", "worker_ids", (["live"], "h", [])),
+    ("mark_dispatched_many", "worker_ids", (["live"], "h", [LONG])),
+    ("mark_dispatched_many", "lease_sequences", (["live"], "h", ["w"], [0])),
+    ("mark_dispatched_many", "lease_sequences", (["live"], "h", ["w"], [2, 2])),
+    ("renew_many", "run_ids", ([""], "h", 100, TTL)),
+    ("renew_many", "holder", (["live"], None, 100, TTL)),
+    ("renew_many", "ttl_ms", (["live"], "h", 100, -1)),
+    ("renew_many", "lease_sequences", (["live"], "h", 100, TTL, [-1])),
 ]
 
 
@@ -808,6 +928,15 @@ def test_lease_overflow_is_22003_and_changes_nothing(jobs: JobStoreUnderTest, me
         lambda s: s.retry("live", "1"),
         lambda s: s.list_failed(2**31),
         lambda s: s.list_failed(True),
+        lambda s: s.schedule_many("live", [1, 2, 3, 4]),
+        lambda s: s.schedule_many(["r"], [2**63]),
+        lambda s: s.schedule_many(["r\x00"], [1]),
+        lambda s: s.lease_many("h", 100, TTL, 2**31),
+        lambda s: s.lease_many("h", 100, TTL, True),
+        lambda s: s.mark_dispatched_many(["live"], "h", [7]),
+        lambda s: s.mark_dispatched_many(["live"], "h", ["w"], [1.5]),
+        lambda s: s.renew_many(("live",), "h", 100, TTL, [2**63]),
+        lambda s: s.renew_many(["live"], "h", 2**63 - 1, TTL),
     ],
 )
 def test_python_level_bad_values_raise_invalid_argument(

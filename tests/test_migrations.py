@@ -435,6 +435,60 @@ def test_upgrade_from_0010_keeps_schedules_on_once_and_downgrade_back(
     assert current_revision(dsn, "mig11_upgraded") == "pgstore_0011"
 
 
+def test_upgrade_from_0011_adds_the_batch_calls_over_held_jobs_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0012 adds the batch calls and changes no row: over jobs a single-job lease holds,
+    the client role leases, marks and renews the rest in batches with the per-job
+    rules (the held job is skipped; a cancelled one is recorded as cancelled); the
+    downgrade keeps the rows and leaves a catalog equal to 0011's."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig12_upgraded", "pgstore_0011")
+    migrate(dsn, "mig12_reference", "pgstore_0011")
+    client = f"mig12_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+
+    def jobs(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute("SELECT * FROM mig12_upgraded.jobs ORDER BY run_id").fetchall()
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig12_upgraded")
+        for run_id in ("a-held", "b", "c", "d", "e-sent"):
+            conn.execute("SELECT job_schedule(%s, 0)", (run_id,))
+        conn.execute("SELECT job_lease('old', 10, 600000)")  # a-held
+        conn.execute("SELECT job_cancel('c')")
+        sent = conn.execute("SELECT * FROM job_lease('old', 10, 1)").fetchone()
+        assert sent is not None and sent[0] == "b"
+        conn.execute("SELECT job_release('b', 'old', 0)")
+        before = jobs(conn)
+
+    migrate(dsn, "mig12_upgraded", "pgstore_0012")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig12_upgraded")
+        assert jobs(conn) == before
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        leased = conn.execute(
+            "SELECT run_id, lease_sequence FROM job_lease_many('new', 20, 600000, 10)").fetchall()
+        assert leased == [("b", 2), ("d", 1), ("e-sent", 1)]  # not the held one, nor c
+        marks = conn.execute(
+            "SELECT * FROM job_mark_dispatched_many(ARRAY['e-sent', 'c', 'a-held'], 'new',"
+            " ARRAY['bot', 'bot', 'bot'])").fetchall()
+        assert marks == [("e-sent", False, True), ("c", True, False), ("a-held", False, False)]
+        assert conn.execute("SELECT * FROM job_renew_many(ARRAY['b', 'a-held'], 'new', 30,"
+                            " 600000, ARRAY[2, NULL])").fetchall() == [("b", True), ("a-held", False)]
+        conn.execute("SELECT job_schedule_many(ARRAY['f'], ARRAY[5])")
+        conn.execute("RESET ROLE")
+        after = jobs(conn)
+
+    downgrade(dsn, "mig12_upgraded", "pgstore_0011")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig12_upgraded") == catalog(conn, "mig12_reference")
+        assert conn.execute("SELECT mig12_upgraded.schema_revision()").fetchone() == (
+            "pgstore_0011",)
+        assert jobs(conn) == after
+    migrate(dsn, "mig12_upgraded", "pgstore_0012")
+    assert current_revision(dsn, "mig12_upgraded") == "pgstore_0012"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

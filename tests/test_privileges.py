@@ -55,6 +55,10 @@ API_CALLS = [
     "store_stats(NULL)",
     "job_list('all', NULL, 10)",
     "job_list('failed', NULL, 10)",
+    "job_schedule_many(ARRAY['m'], ARRAY[0])",
+    "job_lease_many('h', 10, 1000, 5)",
+    "job_renew_many(ARRAY['m'], 'h', 20, 1000)",
+    "job_mark_dispatched_many(ARRAY['m'], 'h', ARRAY['w'])",
     "job_remove('r')",
 ]
 TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]

@@ -128,6 +128,40 @@ JOB_NULL_CALLS = [
     ("job_purge(9223372036854775807, NULL)", "limit"),
     ("job_purge(9223372036854775807, 0)", "limit"),
     ("job_purge(9223372036854775807, -2147483648)", "limit"),
+    ("job_schedule_many(NULL, ARRAY[1])", "run_ids"),
+    ("job_schedule_many(ARRAY['r', NULL], ARRAY[1, 2])", "run_ids"),
+    ("job_schedule_many(ARRAY['r', ''], ARRAY[1, 2])", "run_ids"),
+    ("job_schedule_many(ARRAY['r', 'r'], ARRAY[1, 2])", "run_ids"),
+    ("job_schedule_many(ARRAY[repeat('r', 1025)], ARRAY[1])", "run_ids"),
+    ("job_schedule_many(ARRAY[ARRAY['r', 's']], ARRAY[1, 2])", "run_ids"),
+    ("job_schedule_many(array_fill('r'::text, ARRAY[10001]), array_fill(0::bigint, ARRAY[10001]))",
+     "run_ids"),
+    ("job_schedule_many(ARRAY['r', 's'], NULL)", "dispatch_at"),
+    ("job_schedule_many(ARRAY['r', 's'], ARRAY[1])", "dispatch_at"),
+    ("job_schedule_many(ARRAY['r', 's'], ARRAY[1, NULL])", "dispatch_at"),
+    ("job_lease_many(NULL, 0, 1, 1)", "holder"),
+    ("job_lease_many('h', 0, NULL, 1)", "ttl_ms"),
+    ("job_lease_many('h', 0, 1, NULL)", "limit"),
+    ("job_lease_many('h', 0, 1, 0)", "limit"),
+    ("job_lease_many('h', 0, 1, -2147483648)", "limit"),
+    ("job_lease_many('h', 0, 1, 10001)", "limit"),
+    ("job_lease_many('h', 0, 1, 2147483647)", "limit"),
+    ("job_mark_dispatched_many(NULL, 'h', ARRAY['w'])", "run_ids"),
+    ("job_mark_dispatched_many(ARRAY['r', 'r'], 'h', ARRAY['w', 'w'])", "run_ids"),
+    ("job_mark_dispatched_many(ARRAY['r'], NULL, ARRAY['w'])", "holder"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', NULL)", "worker_ids"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY['w', 'x'])", "worker_ids"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY[repeat('w', 1025)])", "worker_ids"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY['w'], ARRAY[0])", "lease_sequences"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY['w'], ARRAY[1, 2])", "lease_sequences"),
+    ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY['w'], ARRAY[-9223372036854775808])",
+     "lease_sequences"),
+    ("job_renew_many(NULL, 'h', 0, 1)", "run_ids"),
+    ("job_renew_many(ARRAY['r'], NULL, 0, 1)", "holder"),
+    ("job_renew_many(ARRAY['r'], 'h', 0, NULL)", "ttl_ms"),
+    ("job_renew_many(ARRAY['r'], 'h', 0, 0)", "ttl_ms"),
+    ("job_renew_many(ARRAY['r'], 'h', 0, 1, ARRAY[]::bigint[])", "lease_sequences"),
+    ("job_renew_many(ARRAY['r'], 'h', 0, 1, ARRAY[-1])", "lease_sequences"),
 ]
 
 
@@ -155,6 +189,45 @@ def test_overflow_raises_22003(db: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
         db.execute("SELECT * FROM schedule_claim_due('unknown', 'w', 9223372036854775000, 1000)")
     assert _state(db) == before
+
+
+def test_batch_calls_lease_mark_and_renew_many_jobs_in_one_statement(
+    db: psycopg.Connection[Any],
+) -> None:
+    db.execute("SELECT job_schedule_many(ARRAY['b', 'a', 'c', 'late'],"
+               " ARRAY[100, 100, 50, 900])")
+    assert db.execute("SELECT run_id, dispatch_at FROM job_list('all', NULL, NULL)"
+                      " ORDER BY run_id").fetchall() == [
+        ("a", 100), ("b", 100), ("c", 50), ("late", 900)]
+    db.execute("SELECT job_schedule_many(ARRAY['late'], ARRAY[800])")  # moves dispatch_at only
+    db.execute("SELECT job_schedule_many('{}', '{}')")  # nothing to do
+    # Lease order, up to the limit; the next call gets the rest that is due.
+    leased = db.execute("SELECT run_id, lease_holder, lease_until, lease_sequence"
+                        " FROM job_lease_many('h1', 500, 1000, 2)").fetchall()
+    assert leased == [("c", "h1", 1500, 1), ("a", "h1", 1500, 1)]
+    assert db.execute("SELECT run_id FROM job_lease_many('h2', 500, 1000, 10)").fetchall() == [
+        ("b",)]
+    assert db.execute("SELECT count(*) FROM job_lease_many('h3', 500, 1000, 10)").fetchone() == (0,)
+    db.execute("SELECT job_cancel('a')")
+    # One answer per job, in the order given: recorded with the cancel flag; another
+    # holder's job; a stale fence; a missing job.
+    marks = db.execute(
+        "SELECT * FROM job_mark_dispatched_many(ARRAY['a', 'b', 'c', 'nope'], 'h1',"
+        " ARRAY['w-a', 'w-b', 'w-c', NULL], ARRAY[1, NULL, 7, NULL])").fetchall()
+    assert marks == [("a", True, True), ("b", False, False), ("c", False, False),
+                     ("nope", False, False)]
+    assert db.execute("SELECT run_id, dispatched, worker_id, finished_at IS NOT NULL"
+                      " FROM jobs ORDER BY run_id").fetchall() == [
+        ("a", True, "w-a", True), ("b", False, None, False), ("c", False, None, False),
+        ("late", False, None, False)]
+    renewed = db.execute("SELECT * FROM job_renew_many(ARRAY['c', 'b', 'a'], 'h1', 600, 5000,"
+                         " ARRAY[1, 1, NULL])").fetchall()
+    assert renewed == [("c", True), ("b", False), ("a", True)]
+    # c's lease now runs to 5600: live at 5599, expired at 5600.
+    assert db.execute("SELECT * FROM job_renew_many(ARRAY['c'], 'h1', 5599, 5000)").fetchall() == [
+        ("c", True)]
+    assert db.execute("SELECT * FROM job_renew_many(ARRAY['c'], 'h1', 10600, 5000)").fetchall() == [
+        ("c", False)]
 
 
 def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:

@@ -19,7 +19,9 @@ under ``.pgdata/bench``), inside that database, in schemas named
    machine (asynchronous, synchronous, ``remote_apply``) against none, and the
    failover floor of ``pgstore_0007`` against the ``pgstore_0006`` functions;
 9. ``retention``: job_lease with ``--retention-rows`` finished jobs of history
-   against 1,000, before and after a purge, vacuumed and never vacuumed.
+   against 1,000, before and after a purge, vacuumed and never vacuumed;
+10. ``burst``: ``--burst-jobs`` jobs due at one instant, drained by W worker
+    processes per system: time to drain, jobs/s, lateness, ``burst.png``.
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -61,24 +63,30 @@ def _sizes(text: str) -> tuple[int, ...]:
     return values
 
 
-def _sections(text: str) -> tuple[str, ...]:
+def _chosen(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, each one of ``known``."""
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in SECTIONS]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown section(s) {unknown}: choose from {', '.join(SECTIONS)}")
+            f"unknown {what}(s) {unknown}: choose from {', '.join(known)}")
     return names
+
+
+def _sections(text: str) -> tuple[str, ...]:
+    return _chosen(text, SECTIONS, "section")
 
 
 def _systems(text: str) -> tuple[str, ...]:
     from pgstore.bench._peers import SYSTEMS
 
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [n for n in names if n not in SYSTEMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown system(s) {unknown}: choose from {', '.join(SYSTEMS)}")
-    return names
+    return _chosen(text, SYSTEMS, "system")
+
+
+def _burst_systems(text: str) -> tuple[str, ...]:
+    from pgstore.bench._burst import BURST_SYSTEMS
+
+    return _chosen(text, tuple(BURST_SYSTEMS), "system")
 
 
 def _positive(text: str) -> int:
@@ -118,7 +126,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")
     p.add_argument("--retention-rows", type=_positive,
                    help="finished jobs of history in the retention section (default 1000000)")
-    p.add_argument("--no-chart", action="store_true", help="skip chart.png")
+    p.add_argument("--burst-jobs", type=_positive, help="jobs due at once (default 100000)")
+    p.add_argument("--burst-workers", type=_positive,
+                   help="worker processes per system in the burst (default 8)")
+    p.add_argument("--burst-repeats", type=_positive, help="bursts per system (default 1)")
+    p.add_argument("--burst-systems", type=_burst_systems,
+                   help="systems in the burst (default pgstore_batch,pgstore_single,"
+                        "procrastinate)")
+    p.add_argument("--no-chart", action="store_true", help="skip chart.png and burst.png")
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
                    help="measure nothing: redraw the table, results.md and chart.png of a"
                         " results.json into --out")
@@ -134,8 +149,10 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.peer_jobs, cfg.peer_repeats, cfg.workers = 300, 1, (1, 2)
         cfg.hot_cycles, cfg.hot_schedules, cfg.wakeup_samples = 1_000, 100, 3
         cfg.retention_rows, cfg.retention_small = 5_000, 200
+        cfg.burst_jobs, cfg.burst_workers = 2_000, 2
     for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_repeats",
-                 "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows"):
+                 "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
+                 "burst_jobs", "burst_workers", "burst_repeats", "burst_systems"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -145,6 +162,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
 
 
 def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
+    from pgstore.bench._burst import run_burst
     from pgstore.bench._ha import run_ha
     from pgstore.bench._hot import run_hot
     from pgstore.bench._ops import run_floors, run_naive, run_ops
@@ -155,7 +173,8 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
 
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
             "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
-            "retention": run_retention}
+            "retention": run_retention,
+            "burst": run_burst}
 
 
 def write(doc: dict[str, Any], out: Path, chart: bool = True,
@@ -171,6 +190,9 @@ def write(doc: dict[str, Any], out: Path, chart: bool = True,
     if chart:
         why = _report.chart(results, meta, out / "chart.png")
         meta["chart"] = "chart.png" if why is None else why
+        if "burst" in results:
+            why = _report.burst_chart(results["burst"], meta, out / "burst.png")
+            meta["burst_chart"] = "burst.png" if why is None else why
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (out / "results.md").write_text(_report.render_markdown(blocks, meta))
     log(_report.render_text(blocks))
@@ -238,6 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = doc["results"].get("peers")
     if peers is not None and not peers["all_checks_ok"]:
         print("FAILED: a peer run leased a job twice or left one unfinished", file=sys.stderr)
+        failed = True
+    burst = doc["results"].get("burst")
+    if burst is not None and not burst["all_checks_ok"]:
+        print("FAILED: a burst did not dispatch every job exactly once", file=sys.stderr)
         failed = True
     if doc["errors"]:
         print(f"FAILED sections: {doc['errors']}", file=sys.stderr)

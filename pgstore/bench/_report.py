@@ -85,6 +85,25 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
                                c["ratio"]["median"], "<=", 1.1))
             out.append(_target(f"job_lease buffers with {what} / {retention['kept_rows']:,}",
                                c["buffers"]["other"] / max(c["buffers"]["small"], 1), "<=", 1.1))
+    burst = results.get("burst")
+    if burst and "pgstore_batch" in burst["systems"]:
+        mine = burst["systems"]["pgstore_batch"]
+        n, w = f"{burst['jobs']:,}", burst["workers"]
+        out.append(_target(f"burst of {n}, pgstore_batch W={w}: T to last dispatch (s)",
+                           mine["drain_s"]["median"], "<=", 5.0))
+        out.append(_target(f"burst of {n}, pgstore_batch W={w}: lateness p99 (s)",
+                           mine["lateness_p99_ms"]["median"] / 1000, "<=", 5.0))
+        cpu = mine.get("cpu_us_per_job") or {}
+        if cpu.get("median") is not None:
+            out.append(_target(f"burst, pgstore_batch: CPU µs per job (workers + server), at"
+                               f" most what {nproc} cores give 5 s of {n}",
+                               cpu["median"], "<=", nproc * 5e6 / burst["jobs"]))
+        if "procrastinate" in burst["batch_over"]:
+            out.append(_target(f"burst lease->dispatch jobs/s, pgstore_batch / procrastinate"
+                               f" at W={w}", burst["batch_over"]["procrastinate"]["median"],
+                               ">=", 3.0))
+        out.append(_target("all bursts: every job dispatched exactly once",
+                           1.0 if burst["all_checks_ok"] else 0.0, ">=", 1.0))
     return out
 
 
@@ -212,6 +231,13 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     ha = results.get("ha")
     if ha:
         out += _ha_tables(ha)
+    burst = results.get("burst")
+    if burst:
+        out.append((f"Burst: {burst['jobs']:,} jobs due at one instant, W={burst['workers']}"
+                    " worker processes per system (median (min-max) of the repeats)",
+                    ["system", "T → last dispatch (s)", "jobs/s", "lateness p50 (s)",
+                     "p99 (s)", "max (s)", "CPU µs/job (workers + server)", "exactly once"],
+                    _burst_rows(burst)))
     return out
 
 
@@ -237,6 +263,21 @@ def _ha_tables(ha: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
                     ["operation", "0006", "0007", "0007 / 0006",
                      "0006 / 0006 (the run's spread)", "within the spread"], erows))
     return out
+
+
+def _burst_rows(burst: dict[str, Any]) -> list[list[str]]:
+    def med(m: dict[str, Any], scale: float = 1.0) -> str:
+        return f"{m['median'] * scale:.2f} ({m['min'] * scale:.2f}-{m['max'] * scale:.2f})"
+
+    rows = []
+    for name, st in burst["systems"].items():
+        cpu = st.get("cpu_us_per_job") or {}
+        rows.append([name, med(st["drain_s"]), f"{st['jobs_per_s']['median']:,.0f}",
+                     med(st["lateness_p50_ms"], 0.001), med(st["lateness_p99_ms"], 0.001),
+                     med(st["lateness_max_ms"], 0.001),
+                     "n/a" if cpu.get("median") is None else f"{cpu['median']:.0f}",
+                     "yes" if st["exactly_once"] else "NO"])
+    return rows
 
 
 def targets_table(tgts: list[dict[str, Any]]) -> tuple[str, list[str], list[list[str]]]:
@@ -369,6 +410,38 @@ def chart(results: dict[str, Any], meta: dict[str, Any], path: Path) -> str | No
     m, s = meta["machine"], meta["server"]
     fig.suptitle(f"pgstore bench — PostgreSQL {s['server_version']}, fsync={s['fsync']}, "
                  f"{m['nproc']} cores, {m['memory_gib']} GiB — {meta['finished_at']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return None
+
+
+def burst_chart(burst: dict[str, Any], meta: dict[str, Any], path: Path) -> str | None:
+    """Jobs dispatched over time after T, one line per system (each system's first
+    burst). None if written, else why not."""
+    try:
+        matplotlib: Any = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        plt: Any = importlib.import_module("matplotlib.pyplot")
+    except ImportError as exc:
+        return f"matplotlib not installed ({exc}); pip install 'pgstore[bench]'"
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for name, st in burst["systems"].items():
+        run = st["runs"][0]
+        xs = [t for t, _ in run["timeline"]]
+        ys = [n for _, n in run["timeline"]]
+        ax.plot(xs, ys, label=f"{name}: {run['drain_s']:.2f} s, {run['jobs_per_s']:,.0f} jobs/s")
+    ax.axvline(5.0, color="red", ls="--", lw=1, label="target: drained within 5 s")
+    ax.set_xlabel("seconds after T (when every job fell due)")
+    ax.set_ylabel("jobs recorded dispatched")
+    ax.set_title(f"Burst: {burst['jobs']:,} jobs due at T, W={burst['workers']} worker "
+                 "processes per system")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=9, loc="lower right")
+    m, s = meta["machine"], meta["server"]
+    fig.suptitle(f"PostgreSQL {s['server_version']}, {m['nproc']} cores — {meta['finished_at']}",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

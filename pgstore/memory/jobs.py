@@ -7,6 +7,7 @@ contract in plain Python: same answers, same state, same bad-input rules.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 
 from pgstore import _validate as v
@@ -253,6 +254,115 @@ class MemoryJobStore:
                 del self._jobs[run_id]
                 del self._finished[run_id]
             return len(finished)
+
+    # --- batches (sql/22_job_batches.sql): the single-job rules, for each job ----------
+
+    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        ids = v.run_ids(run_ids)
+        v.integer_list("dispatch_at", dispatch_at)
+        times = v.same_length("dispatch_at", dispatch_at, len(ids))
+        if any(t is None for t in times):
+            raise InvalidArgument("dispatch_at must not hold a null")
+        with self._lock:
+            for run_id, at in zip(ids, times, strict=True):
+                assert isinstance(at, int)
+                current = self._jobs.get(run_id)
+                if current is None:
+                    self._jobs[run_id] = Job(
+                        run_id=run_id, dispatch_at=at, lease_holder=None, lease_until=None,
+                        worker_id=None, dispatched=False, cancelled=False,
+                        max_attempts=self.default_max_attempts,
+                    )
+                else:
+                    self._jobs[run_id] = replace(current, dispatch_at=at)
+
+    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
+        v.name("holder", holder)
+        v.integer("now", now)
+        v.positive("ttl_ms", ttl_ms)
+        v.positive("limit", limit, maximum=v.INTEGER_MAX)
+        if limit > v.BATCH_MAX:
+            raise InvalidArgument(f"limit must be at most {v.BATCH_MAX}")
+        at = wall_clock_ms() if now is None else now
+        until = v.add(at, ttl_ms)
+        with self._lock:
+            leasable = sorted(
+                (job for job in self._jobs.values()
+                 if job.state == "waiting" and job.dispatch_at <= at
+                 and (job.lease_until is None or job.lease_until <= at)),
+                key=lambda job: (job.dispatch_at, job.run_id),
+            )[:limit]
+            leased = [
+                replace(job, lease_holder=holder, lease_until=until,
+                        lease_sequence=job.lease_sequence + 1, attempts=job.attempts + 1)
+                for job in leasable
+            ]
+            for job in leased:
+                self._jobs[job.run_id] = job
+            return leased
+
+    def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[MarkResult]:
+        ids = v.run_ids(run_ids)
+        v.name("holder", holder)
+        v.text_list("worker_ids", worker_ids)
+        workers = v.same_length("worker_ids", worker_ids, len(ids))
+        if any(isinstance(w, str) and len(w) > v.NAME_MAX_CHARS for w in workers):
+            raise InvalidArgument("worker_ids must hold strings of at most 1024 characters")
+        fences = self._fences(lease_sequences, len(ids))
+        answers = []
+        with self._lock:
+            for run_id, worker_id, fence in zip(ids, workers, fences, strict=True):
+                assert worker_id is None or isinstance(worker_id, str)
+                job = self._jobs.get(run_id)
+                if job is None:
+                    answers.append(MarkResult(cancelled=False, recorded=False))
+                elif job.lease_holder != holder or not _same_lease(job, fence):
+                    answers.append(MarkResult(cancelled=job.cancelled, recorded=False))
+                else:
+                    self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
+                    self._finished.setdefault(run_id, wall_clock_ms())
+                    answers.append(MarkResult(cancelled=job.cancelled, recorded=True))
+        return answers
+
+    def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[bool]:
+        ids = v.run_ids(run_ids)
+        v.name("holder", holder)
+        v.positive("ttl_ms", ttl_ms)
+        fences = self._fences(lease_sequences, len(ids))
+        v.integer("now", now)
+        at = wall_clock_ms() if now is None else now
+        until = v.add(at, ttl_ms)
+        answers = []
+        with self._lock:
+            for run_id, fence in zip(ids, fences, strict=True):
+                job = self._jobs.get(run_id)
+                held = (
+                    job is not None and job.lease_holder == holder
+                    and _lease_live(job, at) and _same_lease(job, fence)
+                )
+                if held:
+                    assert job is not None
+                    self._jobs[run_id] = replace(job, lease_until=until)
+                answers.append(held)
+        return answers
+
+    @staticmethod
+    def _fences(lease_sequences: Sequence[int | None] | None, length: int) -> list[int | None]:
+        """A batch's fences (check_same_length and check_sequence for each): None for no
+        fence at all."""
+        v.integer_list("lease_sequences", lease_sequences)
+        if lease_sequences is None:
+            return [None] * length
+        fences = v.same_length("lease_sequences", lease_sequences, length)
+        if any(isinstance(f, int) and f <= 0 for f in fences):
+            raise InvalidArgument("lease_sequences must hold positive integers or nulls")
+        return [f if isinstance(f, int) else None for f in fences]
 
     def forget(self, run_id: str) -> None:
         """Evict everything kept for ``run_id`` (for in-memory hosts, after

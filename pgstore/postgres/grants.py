@@ -44,6 +44,10 @@ CLIENT_FUNCTIONS: tuple[Function, ...] = (
     jobs.GET,
     jobs.LIST_DISPATCHED,
     jobs.REMOVE,
+    jobs.SCHEDULE_MANY,
+    jobs.LEASE_MANY,
+    jobs.MARK_DISPATCHED_MANY,
+    jobs.RENEW_MANY,
     common.STORE_STATS,
     jobs.LIST,
 )

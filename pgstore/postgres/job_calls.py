@@ -6,6 +6,8 @@ leaves the value rules (docs/contract.md, bad input) to the SQL function.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pgstore import _validate as v
 from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import rows as _rows
@@ -25,6 +27,12 @@ LIST_DISPATCHED = Function("job_list_dispatched", ())
 REMOVE = Function("job_remove", ("text",))
 LIST = Function("job_list", ("text", "bigint", "integer"))
 PURGE = Function("job_purge", ("bigint", "integer"))
+SCHEDULE_MANY = Function("job_schedule_many", ("text[]", "bigint[]"))
+LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "integer"))
+MARK_DISPATCHED_MANY = Function(
+    "job_mark_dispatched_many", ("text[]", "text", "text[]", "bigint[]")
+)
+RENEW_MANY = Function("job_renew_many", ("text[]", "text", "bigint", "bigint", "bigint[]"))
 
 
 def _integer_count(param: str, value: object) -> None:
@@ -123,3 +131,53 @@ def purge(before: int, limit: int) -> Call[int]:
     v.integer("before", before)
     _integer_count("limit", limit)
     return Call(PURGE, (before, limit), _rows.integer_value)
+
+
+def _list(value: Sequence[object] | None) -> list[object] | None:
+    """A batch's array as psycopg sends it (a list; None stays NULL)."""
+    return None if value is None else list(value)
+
+
+def _limit(limit: int) -> None:
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    if isinstance(limit, int) and limit <= 0:
+        v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
+
+
+def schedule_many(run_ids: Sequence[str], dispatch_at: Sequence[int]) -> Call[None]:
+    v.text_list("run_ids", run_ids)
+    v.integer_list("dispatch_at", dispatch_at)
+    return Call(SCHEDULE_MANY, (_list(run_ids), _list(dispatch_at)), _rows.nothing)
+
+
+def lease_many(holder: str, now: int | None, ttl_ms: int, limit: int) -> Call[list[Job]]:
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    _limit(limit)
+    return Call(LEASE_MANY, (holder, now, ttl_ms, limit), _rows.jobs)
+
+
+def mark_dispatched_many(
+    run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+    lease_sequences: Sequence[int | None] | None,
+) -> Call[list[MarkResult]]:
+    v.text_list("run_ids", run_ids)
+    v.text("holder", holder)
+    v.text_list("worker_ids", worker_ids)
+    v.integer_list("lease_sequences", lease_sequences)
+    args = (_list(run_ids), holder, _list(worker_ids), _list(lease_sequences))
+    return Call(MARK_DISPATCHED_MANY, args, _rows.mark_results)
+
+
+def renew_many(
+    run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+    lease_sequences: Sequence[int | None] | None,
+) -> Call[list[bool]]:
+    v.text_list("run_ids", run_ids)
+    v.text("holder", holder)
+    v.integer("now", now)
+    v.integer("ttl_ms", ttl_ms)
+    v.integer_list("lease_sequences", lease_sequences)
+    args = (_list(run_ids), holder, now, ttl_ms, _list(lease_sequences))
+    return Call(RENEW_MANY, args, _rows.renewed)

@@ -7,6 +7,8 @@ they keep their records (``remove`` deletes one job).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import job_calls as calls
 from pgstore.postgres.store import AsyncStore, SyncStore
@@ -111,6 +113,37 @@ class PgJobStore(SyncStore):
         on ``job_purge``, which the client role lacks: connect as the schema's owner."""
         return self._runner.run(calls.purge(before, limit))
 
+    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        """``schedule`` for each ``(run_ids[i], dispatch_at[i])`` in one statement (at
+        most 10000 distinct ids); one notification, with the earliest time."""
+        return self._runner.run(calls.schedule_many(run_ids, dispatch_at))
+
+    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
+        """``lease`` up to ``limit`` (at most 10000) jobs in one statement, in lease order;
+        fewer (none) when no more are leasable right now."""
+        return self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
+
+    def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[MarkResult]:
+        """``mark_dispatched`` for each ``run_ids[i]`` with ``worker_ids[i]`` (fenced by
+        ``lease_sequences[i]`` when given and not None) in one statement: one answer per
+        job, in the order given."""
+        return self._runner.run(
+            calls.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
+        )
+
+    def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[bool]:
+        """``renew`` for each ``run_ids[i]`` (fenced by ``lease_sequences[i]`` when given
+        and not None) in one statement: one answer per job, in the order given."""
+        return self._runner.run(
+            calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
+        )
+
 
 class AsyncPgJobStore(AsyncStore):
     """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
@@ -171,3 +204,27 @@ class AsyncPgJobStore(AsyncStore):
 
     async def purge(self, before: int, limit: int) -> int:
         return await self._runner.run(calls.purge(before, limit))
+
+    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        return await self._runner.run(calls.schedule_many(run_ids, dispatch_at))
+
+    async def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int
+    ) -> list[Job]:
+        return await self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
+
+    async def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[MarkResult]:
+        return await self._runner.run(
+            calls.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
+        )
+
+    async def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[bool]:
+        return await self._runner.run(
+            calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
+        )

@@ -113,6 +113,18 @@ def mark_result(rows: Sequence[Row], columns: Columns) -> MarkResult:
     return MarkResult(cancelled=bool(result.cancelled), recorded=bool(result.recorded))
 
 
+def mark_results(rows: Sequence[Row], columns: Columns) -> list[MarkResult]:
+    """``job_mark_dispatched_many``'s rows, one per job in the order given."""
+    cancelled, recorded = columns.index("cancelled"), columns.index("recorded")
+    return [MarkResult(cancelled=bool(r[cancelled]), recorded=bool(r[recorded])) for r in rows]
+
+
+def renewed(rows: Sequence[Row], columns: Columns) -> list[bool]:
+    """``job_renew_many``'s rows, one per job in the order given."""
+    at = columns.index("renewed")
+    return [bool(r[at]) for r in rows]
+
+
 def store_stats(rows: Sequence[Row], columns: Columns) -> StoreStats:
     return _one(StoreStats, rows[0], columns)
 

@@ -40,10 +40,23 @@ Wake-ups: with a PostgreSQL store, an idle dispatcher LISTENs on the store's
 ``job_channel()``, which ``job_schedule`` notifies at commit, so a job
 scheduled due-now is leased within a fraction of a second while the poll
 interval stays long. A notification is only a hint: leasing always goes
-through ``job_lease``, and polling remains the fallback (a memory store, a
+through ``job_lease`` (``job_lease_many``), and polling remains the fallback (a memory store, a
 lost listening connection). Payloads that are not a dispatch time are ignored
 (anyone who can connect can NOTIFY), and bursts are coalesced into a few
 wake-ups; see ``_listen``.
+
+Bursts (every bot of the 10:00 meetings due in the same second): the
+dispatcher leases one job per call while idle (``lease``: a wake-up costs what
+it always did) and, while every call comes back full, with ``lease_many``
+twice as many with each call up to ``batch_size``; the first short answer
+brings it back to one. Each leased job runs as its own asyncio task, at most
+``concurrency`` at once, and waits for its own mark and renew answers, which
+are sent together (``mark_dispatched_many``, ``renew_many``, see
+``pgstore.runtime.batcher``; one alone goes as ``mark_dispatched`` or
+``renew``): a burst pays one round trip and one commit for many jobs, and
+every rule above holds per job as before. A job's keeper starts only when its
+dispatch outlasts a third of the lease, so short dispatches cost no renew and
+no keeper task.
 """
 
 from __future__ import annotations
@@ -64,6 +77,7 @@ from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, positive_seconds
+from pgstore.runtime.batcher import Batcher
 from pgstore.runtime.events import (
     Claim,
     Complete,
@@ -98,6 +112,12 @@ MARK_RETRY_MAX = 2.0
 #: Retention defaults: a round every hour, 1000 jobs per ``job_purge`` call.
 PURGE_INTERVAL = 3600.0
 PURGE_BATCH = 1000
+#: The most jobs one lease, mark or renew call carries unless ``batch_size`` says otherwise.
+BATCH_SIZE = 100
+#: How many mark (and, apart, renew) calls may be out at once; the rest wait and go
+#: together in the next. With ``batch_size=1`` this is what bounds the marks: four at a
+#: time, each one job, as the single-job path's runs did through a small pool.
+CALLS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,9 @@ class Dispatcher(Runtime):
     ``subscribe``). ``purge_after`` (a ``timedelta`` or ms; None, the default: never)
     turns retention on, ``purge_interval`` (seconds, default an hour) and
     ``purge_batch`` (jobs per call, default 1000) shape it; see the module's doc.
+    ``batch_size`` (default 100, at most 10000) caps the jobs one lease, mark or renew
+    call carries; ``concurrency`` caps the dispatches running at once (for a burst of
+    ``async def`` provider calls, hundreds).
     """
 
     log = log
@@ -166,6 +189,7 @@ class Dispatcher(Runtime):
         purge_after: timedelta | int | None = None,
         purge_interval: float = PURGE_INTERVAL,
         purge_batch: int = PURGE_BATCH,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -193,10 +217,18 @@ class Dispatcher(Runtime):
         self.purge_batch = v.positive("purge_batch", purge_batch, maximum=v.INTEGER_MAX)
         self._purge = jobs.purge
         self._purger: asyncio.Task[None] | None = None
-        self._lease = jobs.lease
-        self._renew = jobs.renew
-        self._mark = jobs.mark_dispatched
+        self.batch_size = v.positive("batch_size", batch_size, maximum=v.BATCH_MAX)
+        self._jobs = jobs
         self._release = jobs.release
+        #: How many jobs the next lease call asks for: 1 when idle, doubling up to
+        #: ``batch_size`` while the calls come back full.
+        self._batch = 1
+        self._marks: Batcher[tuple[Job, str | None], MarkResult] = Batcher(
+            self._mark_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
+        self._renews: Batcher[Job, bool] = Batcher(
+            self._renew_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
+        #: Lease calls made (for the bench and the tests).
+        self.lease_calls = 0
         self._listener: JobListener | None = None
         self._listen = listen
         self._listener_lost = False
@@ -291,20 +323,36 @@ class Dispatcher(Runtime):
         await super()._shutdown()
 
     async def _claim(self, free: int) -> list[Any]:
+        """Lease up to ``free`` jobs: calls of ``self._batch`` jobs, doubling while they
+        come back full (up to ``batch_size``), until ``free`` are leased or an answer is
+        short (then the next round starts again from one job)."""
         anchor = time.monotonic()  # every lease below runs from no earlier than this
         now = await self.now()
         pieces = []
-        for _ in range(free):
-            job: Job | None = await self._lease(self.holder, now, self.lease_ms)
-            if job is None:
+        while free > 0:
+            asked = min(free, self._batch)
+            self.lease_calls += 1
+            leased = await self._lease(now, asked)
+            for job in leased:
+                log.info("%s: leased %s (due %s) until %s", self.holder, job.run_id,
+                         job.dispatch_at, job.lease_until)
+                self.emit(Claim(runtime="dispatcher", owner=self.holder, outcome="claimed",
+                                now=now, subject=job.run_id, token=job.lease_sequence,
+                                due_at=job.dispatch_at, lease_until=job.lease_until))
+                pieces.append(self._run(job, now, anchor))
+            if len(leased) < asked:
+                self._batch = 1
                 break
-            log.info("%s: leased %s (due %s) until %s", self.holder, job.run_id,
-                     job.dispatch_at, job.lease_until)
-            self.emit(Claim(runtime="dispatcher", owner=self.holder, outcome="claimed",
-                            now=now, subject=job.run_id, token=job.lease_sequence,
-                            due_at=job.dispatch_at, lease_until=job.lease_until))
-            pieces.append(self._run(job, now, anchor))
+            free -= asked
+            self._batch = min(self._batch * 2, self.batch_size)
         return pieces
+
+    async def _lease(self, now: int, limit: int) -> list[Job]:
+        """One ``lease_many`` of up to ``limit`` jobs; ``lease`` itself for one job."""
+        if limit == 1:
+            job = await self._jobs.lease(self.holder, now, self.lease_ms)
+            return [] if job is None else [job]
+        return await self._jobs.lease_many(self.holder, now, self.lease_ms, limit)
 
     async def _run(self, job: Job, leased_at: int, anchor: float) -> None:
         lateness_ms = leased_at - job.dispatch_at
@@ -322,7 +370,10 @@ class Dispatcher(Runtime):
     async def _dispatch_and_mark(self, job: Job, anchor: float) -> str:
         """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
         or ``released``)."""
-        keeper = asyncio.ensure_future(self._keeper(job, anchor))
+        # Started when its first renew is due (a third of the lease after the lease's
+        # anchor), so a run that starts late under load still renews on time.
+        keeper = _LazyKeeper(self._keeper(job, anchor),
+                             anchor + self.lease_ms / 3000 - time.monotonic())
         started = time.monotonic()
 
         def ran(outcome: Literal["ok", "error", "abandoned"]) -> None:
@@ -401,7 +452,7 @@ class Dispatcher(Runtime):
         while True:
             attempt += 1
             try:
-                answer = await self._mark(job.run_id, self.holder, worker_id, *_fence(job))
+                answer = await self._marks.submit((job, worker_id))
                 return answer, attempt
             except Exception as exc:
                 left = give_up_at - time.monotonic()
@@ -459,9 +510,7 @@ class Dispatcher(Runtime):
 
         async def renew() -> bool:
             try:
-                now = await self.now()
-                renewed = bool(await self._renew(job.run_id, self.holder, now, self.lease_ms,
-                                                 *_fence(job)))
+                renewed = await self._renews.submit(job)
             except Exception as exc:
                 self.emit(Renew(runtime="dispatcher", owner=self.holder, subject=job.run_id,
                                 token=job.lease_sequence, outcome="error",
@@ -483,6 +532,55 @@ class Dispatcher(Runtime):
 
         return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor, what=job.run_id,
                           owner=self.holder, log=log, on_lost=lost)
+
+
+    async def _mark_many(self, marks: list[tuple[Job, str | None]]) -> list[MarkResult]:
+        """One ``mark_dispatched_many`` for the marks the runs submitted meanwhile
+        (``mark_dispatched`` itself for one)."""
+        if len(marks) == 1:
+            job, worker_id = marks[0]
+            return [await self._jobs.mark_dispatched(job.run_id, self.holder, worker_id,
+                                                     *_fence(job))]
+        return await self._jobs.mark_dispatched_many(
+            [job.run_id for job, _ in marks], self.holder, [worker for _, worker in marks],
+            [job.lease_sequence or None for job, _ in marks],
+        )
+
+    async def _renew_many(self, jobs: list[Job]) -> list[bool]:
+        """One ``renew_many`` (one clock read) for the renews the keepers asked meanwhile
+        (``renew`` itself for one)."""
+        now = await self.now()
+        if len(jobs) == 1:
+            job = jobs[0]
+            return [bool(await self._jobs.renew(job.run_id, self.holder, now, self.lease_ms,
+                                                *_fence(job)))]
+        return await self._jobs.renew_many(
+            [job.run_id for job in jobs], self.holder, now, self.lease_ms,
+            [job.lease_sequence or None for job in jobs],
+        )
+
+
+class _LazyKeeper:
+    """A job's keeper, started only ``delay`` seconds from now, when its first renew is
+    due anyway: most dispatches end before and cost no task."""
+
+    def __init__(self, keeper: Coroutine[Any, Any, None], delay: float) -> None:
+        self._keeper: Coroutine[Any, Any, None] | None = keeper
+        self._task: asyncio.Future[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(max(delay, 0.0), self._start)
+
+    def _start(self) -> None:
+        if self._keeper is not None:
+            self._task = asyncio.ensure_future(self._keeper)
+            self._keeper = None
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+        if self._keeper is not None:
+            self._keeper.close()  # never started: nothing to cancel
+            self._keeper = None
 
 
 def _purge_after_ms(value: object) -> int | None:

@@ -169,3 +169,27 @@ class ThreadedJobStore:
 
     async def purge(self, before: int, limit: int) -> int:
         return await asyncio.to_thread(self.store.purge, before, limit)
+
+    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        await asyncio.to_thread(self.store.schedule_many, run_ids, dispatch_at)
+
+    async def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int
+    ) -> builtins.list[Job]:
+        return await asyncio.to_thread(self.store.lease_many, holder, now, ttl_ms, limit)
+
+    async def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[MarkResult]:
+        return await asyncio.to_thread(
+            self.store.mark_dispatched_many, run_ids, holder, worker_ids, lease_sequences
+        )
+
+    async def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[bool]:
+        return await asyncio.to_thread(
+            self.store.renew_many, run_ids, holder, now, ttl_ms, lease_sequences
+        )

@@ -1,0 +1,443 @@
+"""Section ``burst``: N jobs due at one instant T, drained by W worker processes.
+
+At 10:00 every bot of the 10:00 meetings is due in the same second. Each
+system gets ``burst_jobs`` jobs (100,000 by default) due at T, a few seconds
+ahead; its W worker processes start before T and wait, as a deployment's
+dispatchers would; each job's provider call is a no-op that records when it
+was made. Reported per system: the time from T until the last job was
+dispatched (recorded as dispatched in the database), jobs/s over that time,
+how late after T the provider calls came (p50, p99, max), and the number of
+jobs dispatched over time (``burst.png``). Every run is checked in the
+database: every job dispatched exactly once (and no provider call made twice).
+
+A system is one function ``(BurstSpec) -> BurstResult``: it stores the jobs
+(not yet due), starts its workers through ``_run_workers``, which sets T a
+moment after every worker is up and waiting and makes the jobs due then, and
+returns what they recorded through ``burst_result``, which computes the
+figures the same way for everyone. ``BURST_SYSTEMS`` names them; a peer added to the
+benchmark adds its function there.
+
+* ``pgstore_batch``: W processes, each one ``Dispatcher`` on an
+  ``AsyncPgJobStore`` (``concurrency`` 500, ``batch_size`` 100): leases,
+  marks and renews in batches.
+* ``pgstore_single``: Dispatchers as they were before the batch calls: one
+  lease and one mark per job (``batch_size=1``), the default ``concurrency``
+  (4).
+* ``procrastinate``: W processes running its own fetch-job / finish-job loop
+  (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), the jobs
+  deferred with ``scheduled_at`` = T (the peers extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgstore.bench._common import Settings, connect, fresh_store_schema, ident, schema_name
+from pgstore.bench._common import summary as summarize
+
+#: T is this long (ms) after every worker said it is up and waiting (a loaded machine
+#: can take many seconds to start eight Python processes: T never falls before that).
+LEAD_MS = 1_500
+#: The due time the jobs are stored with until T is known: 2100-01-01 (epoch ms).
+NOT_YET = 4_102_444_800_000
+#: The width of one step of the dispatched-over-time line (ms).
+STEP_MS = 100
+
+
+@dataclass(frozen=True)
+class BurstSpec:
+    """What every system is asked to do: ``jobs`` jobs due at ``at_ms`` (epoch ms, the
+    database clock; 0 until ``_run_workers`` sets it), drained by ``workers`` processes
+    started before then."""
+
+    dsn: str
+    jobs: int
+    workers: int
+    at_ms: int
+
+
+@dataclass
+class BurstResult:
+    """One system's burst: the shape every burst function returns (``burst_result``)."""
+
+    system: str
+    jobs: int
+    workers: int
+    #: T until the last job was recorded as dispatched (s), and jobs / that.
+    drain_s: float
+    jobs_per_s: float
+    #: How late after T the provider calls were made (ms): p50, p99, max.
+    lateness_ms: dict[str, float]
+    #: Dispatched so far at each STEP_MS after T: (seconds after T, jobs).
+    timeline: list[tuple[float, int]]
+    #: Checked in the database: every job dispatched once, no provider call twice.
+    exactly_once: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def burst_result(
+    system: str, spec: BurstSpec, called_ms: list[int], run_ids: list[str],
+    finished_ms: list[int], dispatched_in_db: int, errors: list[str],
+    detail: dict[str, Any] | None = None,
+) -> BurstResult:
+    """The figures of one burst from what was recorded: ``called_ms`` when each provider
+    call was made, ``run_ids`` the jobs they were for, ``finished_ms`` when the database
+    recorded each job dispatched (epoch ms), ``dispatched_in_db`` how many it holds."""
+    late = sorted(float(c - spec.at_ms) for c in called_ms)
+    last = max(finished_ms, default=spec.at_ms)
+    drain = max(last - spec.at_ms, 1) / 1000
+    steps = int(drain * 1000 // STEP_MS) + 2
+    counts = [0] * steps
+    for f in finished_ms:
+        counts[min(steps - 1, max(0, (f - spec.at_ms) // STEP_MS + 1))] += 1
+    timeline, total = [], 0
+    for i, c in enumerate(counts):
+        total += c
+        timeline.append((i * STEP_MS / 1000, total))
+    once = (not errors and len(run_ids) == spec.jobs == len(set(run_ids))
+            and dispatched_in_db == spec.jobs and len(finished_ms) == spec.jobs)
+    return BurstResult(
+        system=system, jobs=spec.jobs, workers=spec.workers, drain_s=round(drain, 3),
+        jobs_per_s=round(spec.jobs / drain, 1),
+        lateness_ms={"p50": _percentile(late, 0.5), "p99": _percentile(late, 0.99),
+                     "max": late[-1] if late else 0.0},
+        timeline=timeline, exactly_once=once, detail=detail or {}, errors=errors,
+    )
+
+
+def _ticks(pid: int) -> tuple[int, int]:
+    """(CPU ticks of ``pid`` and its reaped children, its parent's pid), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]), int(fields[1])
+
+
+def server_cpu_s(dsn: str) -> float | None:
+    """CPU seconds the server at ``dsn`` has used so far, when it runs on this machine:
+    its postmaster's, with every backend it reaped, plus the live backends'. None when
+    /proc does not show it (another machine)."""
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            _, postmaster = _ticks(int(row[0]))
+        total, _ = _ticks(postmaster)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    ticks, parent = _ticks(int(entry))
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == postmaster:
+                    total += ticks
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
+
+
+@dataclass
+class Gate:
+    """What a worker process gets to wait for T: it says it is ready, waits for ``go``,
+    then reads T (epoch ms) from ``at``."""
+
+    ready: Any
+    go: Any
+    at: Any
+
+    def wait_for_t(self, index: int) -> int:
+        self.ready.put(index)
+        self.go.wait()
+        return int(self.at.value)
+
+
+def _run_workers(
+    target: Callable[..., None], spec: BurstSpec, due: Callable[[int], None], *args: Any
+) -> tuple[list[Any], float | None, BurstSpec]:
+    """Start ``spec.workers`` processes of ``target(index, results, gate, *args)``; once
+    all are ready, set T a moment ahead, make the jobs due then (``due(T)``) and let them
+    go; collect one result each. Returns them, the server's CPU seconds from T until the
+    last result, and the spec with T."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    gate = Gate(ctx.Queue(), ctx.Event(), ctx.Value("q", 0))
+    procs = [ctx.Process(target=target, args=(i, results, gate, *args))
+             for i in range(spec.workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        gate.ready.get(timeout=600)
+    at_ms = _db_now_ms(spec.dsn) + LEAD_MS
+    due(at_ms)
+    gate.at.value = at_ms
+    gate.go.set()
+    time.sleep(max(0.0, at_ms / 1000 - time.time()))
+    before = server_cpu_s(spec.dsn)
+    out = [results.get(timeout=900) for _ in procs]
+    after = server_cpu_s(spec.dsn)
+    for p in procs:
+        p.join(timeout=60)
+    cpu = None if before is None or after is None else after - before
+    return out, cpu, replace(spec, at_ms=at_ms)
+
+
+# --- pgstore -----------------------------------------------------------------------------
+
+
+def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
+                    batch_size: int, concurrency: int) -> None:
+    from pgstore.models import Job
+    from pgstore.postgres.jobs import AsyncPgJobStore
+    from pgstore.runtime.dispatcher import Dispatcher
+
+    called: list[tuple[str, int]] = []
+
+    async def dispatch(job: Job) -> str:
+        called.append((job.run_id, time.time_ns() // 1_000_000))
+        return f"bot-{index}"
+
+    async def main() -> dict[str, Any]:
+        store = AsyncPgJobStore(dsn, schema=schema)
+        d = Dispatcher(store, dispatch, holder=f"burst-{index}", concurrency=concurrency,
+                       batch_size=batch_size, poll_interval=0.05, listen=False)
+        runner = asyncio.ensure_future(d.run(handle_signals=False))
+        await asyncio.sleep(0.2)  # polling: up and waiting
+        at_ms = await asyncio.to_thread(gate.wait_for_t, index)
+        # Until T plus a while with nothing left: every worker stops once the database
+        # says the burst is drained.
+        check = psycopg.connect(dsn, autocommit=True)
+        idle_calls = None  # the lease calls of the polls before T
+        cpu_at_t = 0.0
+        try:
+            while True:
+                await asyncio.sleep(0.05)
+                if time.time() * 1000 < at_ms:
+                    continue
+                if idle_calls is None:
+                    idle_calls, cpu_at_t = d.lease_calls, time.process_time()
+                row = await asyncio.to_thread(lambda: check.execute(
+                    f"SELECT count(*) FROM {ident(schema)}.jobs WHERE NOT dispatched".encode()
+                ).fetchone())
+                if row is not None and row[0] == 0 and d.running == 0:
+                    break
+        finally:
+            check.close()
+        d.stop()
+        await runner
+        await store.close()
+        return {"lease_calls": d.lease_calls - (idle_calls or 0), "mark_calls": d._marks.calls,
+                "marks": d._marks.items, "worker_cpu_s": time.process_time() - cpu_at_t}
+
+    try:
+        stats = asyncio.run(main())
+        results.put((called, stats, None))
+    except BaseException as exc:  # reported to the parent, which fails the run
+        results.put((called, {}, f"{type(exc).__name__}: {exc}"))
+
+
+def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int, concurrency: int
+                   ) -> BurstResult:
+    schema = schema_name("burst_" + name)
+    fresh_store_schema(spec.dsn, schema)
+    s = ident(schema)
+    try:
+        with connect(spec.dsn) as conn:
+            conn.execute(  # the bulk of job_schedule_many calls, straight: the fill is not timed
+                f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'b-' || i, %s"
+                f" FROM generate_series(1, %s) i".encode(), (NOT_YET, spec.jobs))
+            conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+            conn.execute(b"CHECKPOINT")
+
+        def due(at_ms: int) -> None:
+            with connect(spec.dsn) as conn:
+                conn.execute(f"UPDATE {s}.jobs SET dispatch_at = %s".encode(), (at_ms,))
+
+        out, server_cpu, spec = _run_workers(_pgstore_worker, spec, due, spec.dsn, schema,
+                                             batch_size, concurrency)
+        with connect(spec.dsn) as conn:
+            finished = [int(r[0]) for r in conn.execute(
+                f"SELECT finished_at FROM {s}.jobs WHERE dispatched".encode()).fetchall()]
+    finally:
+        with connect(spec.dsn) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE".encode())
+    called = [c for calls, _, _ in out for c in calls]
+    detail = {k: sum(st.get(k, 0) for _, st, _ in out) for k in ("lease_calls", "mark_calls",
+                                                                   "marks", "worker_cpu_s")}
+    detail["server_cpu_s"] = server_cpu
+    return burst_result(name, spec, [t for _, t in called], [r for r, _ in called], finished,
+                        len(finished), [e for _, _, e in out if e], detail)
+
+
+def burst_pgstore_batch(spec: BurstSpec) -> BurstResult:
+    """Dispatchers built for bursts: batches of up to 100, 500 dispatches at once."""
+    return _pgstore_burst(spec, "pgstore_batch", 100, 500)
+
+
+def burst_pgstore_single(spec: BurstSpec) -> BurstResult:
+    """The path before the batch calls: one job a call, the default concurrency (4)."""
+    return _pgstore_burst(spec, "pgstore_single", 1, 4)
+
+
+# --- procrastinate ------------------------------------------------------------------------
+
+
+def _procrastinate_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str
+                          ) -> None:
+    from pgstore.bench._peers import _module
+
+    called: list[tuple[int, int]] = []
+    try:
+        queries = _module("procrastinate.sql").queries
+        with connect(dsn, options=f"-c search_path={schema}") as conn:
+            row = conn.execute(
+                "SELECT worker_id FROM procrastinate_register_worker_v1()").fetchone()
+            assert row is not None
+            worker_id, fetch, finish = row[0], queries["fetch_job"], queries["finish_job"]
+            at_ms = gate.wait_for_t(index)
+            while time.time() * 1000 < at_ms:
+                time.sleep(0.005)
+            cpu_at_t = time.process_time()
+            empty = 0
+            while empty < 20:
+                job = conn.execute(fetch, {"queues": None, "worker_id": worker_id}).fetchone()
+                if job is None or job[0] is None:
+                    empty += 1
+                    time.sleep(0.005)
+                    continue
+                empty = 0
+                called.append((int(job[0]), time.time_ns() // 1_000_000))
+                conn.execute(finish, {"job_id": job[0], "status": "succeeded",
+                                      "delete_job": False})
+        results.put((called, {"worker_cpu_s": time.process_time() - cpu_at_t}, None))
+    except BaseException as exc:
+        results.put((called, {}, f"{type(exc).__name__}: {exc}"))
+
+
+def burst_procrastinate(spec: BurstSpec) -> BurstResult:
+    from pgstore.bench._peers import _module
+
+    schema = schema_name("burst_procrastinate")
+    s = ident(schema)
+    manager = _module("procrastinate.schema").SchemaManager
+    with connect(spec.dsn) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE".encode())
+    try:
+        with psycopg.connect(spec.dsn) as tx:
+            tx.execute(f"CREATE SCHEMA {s}".encode())
+            tx.execute(f"SET LOCAL search_path = {s}".encode())
+            tx.execute(manager.get_schema().encode())
+            tx.execute(
+                "SELECT procrastinate_defer_jobs_v1(ARRAY(SELECT ROW('default', 'bench', 0,"
+                " NULL, NULL, '{}'::jsonb, to_timestamp(%s / 1000.0))"
+                "::procrastinate_job_to_defer_v1 FROM generate_series(1, %s)))",
+                (NOT_YET, spec.jobs))
+        with connect(spec.dsn) as conn:
+            conn.execute(f"VACUUM (ANALYZE) {s}.procrastinate_jobs".encode())
+            conn.execute(b"CHECKPOINT")
+        def due(at_ms: int) -> None:  # its triggers find their tables on the search_path
+            with connect(spec.dsn, options=f"-c search_path={schema}") as conn:
+                conn.execute(f"UPDATE {s}.procrastinate_jobs"
+                             f" SET scheduled_at = to_timestamp(%s / 1000.0)".encode(), (at_ms,))
+
+        out, server_cpu, spec = _run_workers(_procrastinate_worker, spec, due, spec.dsn,
+                                             schema)
+        with connect(spec.dsn) as conn:
+            # When each job's succeeded event was written: its finish.
+            finished = [int(r[0]) for r in conn.execute(
+                f"SELECT (extract(epoch FROM e.at) * 1000)::bigint"
+                f" FROM {s}.procrastinate_events e WHERE e.type = 'succeeded'".encode()
+            ).fetchall()]
+            row = conn.execute(f"SELECT count(*) FROM {s}.procrastinate_jobs"
+                               f" WHERE status = 'succeeded'".encode()).fetchone()
+            succeeded = int(row[0]) if row else 0
+    finally:
+        with connect(spec.dsn) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE".encode())
+    called = [c for calls, _, _ in out for c in calls]
+    return burst_result("procrastinate", spec, [t for _, t in called],
+                        [str(j) for j, _ in called], finished, succeeded,
+                        [e for _, _, e in out if e],
+                        {"worker_cpu_s": sum(st.get("worker_cpu_s", 0) for _, st, _ in out),
+                         "server_cpu_s": server_cpu})
+
+
+#: Every system of the burst section, by name: one function each.
+BURST_SYSTEMS: dict[str, Callable[[BurstSpec], BurstResult]] = {
+    "pgstore_batch": burst_pgstore_batch,
+    "pgstore_single": burst_pgstore_single,
+    "procrastinate": burst_procrastinate,
+}
+
+
+def _db_now_ms(dsn: str) -> int:
+    with connect(dsn) as conn:
+        row = conn.execute("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+                           ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def run_burst(cfg: Settings) -> dict[str, Any]:
+    from pgstore.bench._peers import peers_available
+
+    missing = {k: v for k, v in peers_available().items() if v}
+    names = [n for n in cfg.burst_systems if n not in missing]
+    runs: dict[str, list[BurstResult]] = {n: [] for n in names}
+    for rep in range(cfg.burst_repeats):
+        for name in names:
+            spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers, 0)  # T: once ready
+            r = BURST_SYSTEMS[name](spec)
+            if r.detail.get("server_cpu_s") is not None:
+                # From T to the end: what the drain cost both sides, per job.
+                r.detail["cpu_us_per_job"] = round(
+                    (r.detail["server_cpu_s"] + r.detail.get("worker_cpu_s", 0)) / r.jobs * 1e6)
+            runs[name].append(r)
+            cfg.log(f"  burst: repeat {rep + 1} {name} W={spec.workers}: {r.jobs} jobs drained"
+                    f" in {r.drain_s:.2f} s ({r.jobs_per_s:.0f} jobs/s), lateness p50"
+                    f" {r.lateness_ms['p50']:.0f} p99 {r.lateness_ms['p99']:.0f} max"
+                    f" {r.lateness_ms['max']:.0f} ms; CPU {r.detail.get('worker_cpu_s', 0):.1f} s"
+                    f" workers + {r.detail.get('server_cpu_s') or float('nan'):.1f} s server"
+                    f" (load {os.getloadavg()[0]:.1f})"
+                    f"{'' if r.exactly_once else '  CHECK FAILED'}")
+    systems = {}
+    for name, rs in runs.items():
+        systems[name] = {
+            "drain_s": summarize([r.drain_s for r in rs]),
+            "jobs_per_s": summarize([r.jobs_per_s for r in rs]),
+            "lateness_p50_ms": summarize([r.lateness_ms["p50"] for r in rs]),
+            "lateness_p99_ms": summarize([r.lateness_ms["p99"] for r in rs]),
+            "lateness_max_ms": summarize([r.lateness_ms["max"] for r in rs]),
+            "exactly_once": all(r.exactly_once for r in rs),
+            "cpu_us_per_job": summarize([r.detail["cpu_us_per_job"] for r in rs
+                                         if "cpu_us_per_job" in r.detail]),
+            "runs": [asdict(r) for r in rs],
+        }
+    over = {}
+    if "pgstore_batch" in runs:
+        for other in (n for n in runs if n != "pgstore_batch"):
+            a = [r.jobs_per_s for r in runs["pgstore_batch"]]
+            b = [r.jobs_per_s for r in runs[other]]
+            over[other] = summarize([x / y for x, y in zip(a, b, strict=True)])
+    return {
+        "unit": "s",
+        "jobs": cfg.burst_jobs,
+        "workers": cfg.burst_workers,
+        "skipped": missing,
+        "systems": systems,
+        "batch_over": over,
+        "all_checks_ok": all(s["exactly_once"] for s in systems.values()),
+    }

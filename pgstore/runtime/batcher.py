@@ -1,0 +1,95 @@
+"""``Batcher``: many concurrent single calls sent as a few batch calls.
+
+The Dispatcher's runs each wait for their own answer (``await submit(item)``),
+as they would from a single-job call; the batcher sends what has been
+submitted as one batch call (``job_mark_dispatched_many``, ``job_renew_many``)
+and hands each run its own answer, or the batch's exception.
+
+No timer: what is submitted in one turn of the event loop goes out together
+at the end of that turn, and while ``max_in_flight`` calls are out the rest
+waits and goes in the next call, up to ``max_batch`` items each. An idle
+dispatcher's one mark is sent at once, alone; under a burst the batches grow
+by themselves, as large as the calls in flight are slow.
+
+A submission cancelled before its batch is sent is left out of it (a run
+abandoned at stop commits nothing); one cancelled after that may still be
+committed by the call in flight, as a single call would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["Batcher"]
+
+I = TypeVar("I")  # noqa: E741
+R = TypeVar("R")
+
+
+class Batcher(Generic[I, R]):
+    """``await submit(item)`` answers what ``call([..., item, ...])`` answered for it."""
+
+    def __init__(
+        self,
+        call: Callable[[list[I]], Awaitable[Sequence[R]]],
+        *,
+        max_batch: int,
+        max_in_flight: int = 2,
+    ) -> None:
+        self._call = call
+        self.max_batch = max_batch
+        self.max_in_flight = max_in_flight
+        self._pending: list[tuple[I, asyncio.Future[R]]] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._flush_scheduled = False
+        #: How many batch calls went out, and the items they carried (for the bench).
+        self.calls = 0
+        self.items = 0
+
+    async def submit(self, item: I) -> R:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self._pending.append((item, future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self._pending and len(self._in_flight) < self.max_in_flight:
+            live = [(item, f) for item, f in self._pending if not f.done()]
+            batch, self._pending = live[: self.max_batch], live[self.max_batch:]
+            if not batch:
+                return
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._in_flight.add(task)
+            task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        if self._pending:
+            self._flush()
+
+    async def _send(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
+        self.calls += 1
+        self.items += len(batch)
+        try:
+            answers = await self._call([item for item, _ in batch])
+            if len(answers) != len(batch):
+                raise RuntimeError(
+                    f"a batch call answered {len(answers)} items for {len(batch)}")
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), answer in zip(batch, answers, strict=True):
+            if not future.done():
+                future.set_result(answer)
