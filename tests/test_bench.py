@@ -138,7 +138,8 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
         if importlib.util.find_spec(peer) is None:
             pytest.skip(f"{peer} is not installed (the bench extra: pip install -e '.[bench]')")
     node = shutil.which("node") is not None and shutil.which("npm") is not None
-    systems = ["pgstore", "pgstore_unprepared", "pgstore_sql", "procrastinate", "pgqueuer"]
+    systems = ["pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql", "procrastinate",
+               "pgqueuer"]
     peers_expected = {"procrastinate", "pgqueuer"} | (set(NODE_PEERS) if node else set())
     doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "120",
                  "--workers", "1,2", "--peer-systems", ",".join(systems + list(NODE_PEERS)),
@@ -157,8 +158,8 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
     assert unflushed["workers"] == 2 and set(unflushed["systems"]) == set(peers["systems"])
     for name, run in unflushed["systems"].items():
         assert run["ok"] and run["leased"] == run["finished_in_db"] == 60, (name, run)
-    assert set(unflushed["over"]) == {"pgstore", "pgstore_unprepared", "pgstore_sql"}
-    assert set(peers["over"]) == {"pgstore", "pgstore_unprepared", "pgstore_sql"}
+    ours = {"pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql"}
+    assert set(unflushed["over"]) == ours and set(peers["over"]) == ours
     for over in peers["over"].values():
         assert set(over) == peers_expected
     assert set(peers["peers"]) == set(peers["systems"])
@@ -167,7 +168,19 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
         for name in NODE_PEERS:
             assert peers["peers"][name]["version"], name
             assert peers["peers"][name]["node"], name
+    assert peers["peers"]["pgstore_batch"]["settings"]["batch_size"] == 100
     assert _check_ratios(doc) >= 6
+    # The batched path's targets against every peer, each measured or said not to be.
+    batch = {t["name"]: t for t in doc["targets"] if "pgstore_batch /" in t["name"]}
+    assert set(batch) == {f"lease->dispatch jobs/s, pgstore_batch / {peer} at W=2"
+                          for peer in ("procrastinate", "pgqueuer", *NODE_PEERS)}
+    for peer in ("procrastinate", "pgqueuer", *(NODE_PEERS if node else ())):
+        t = batch[f"lease->dispatch jobs/s, pgstore_batch / {peer} at W=2"]
+        assert _positive(t["measured"]) and t["met"] in (True, False), t
+    if not node:
+        for peer in NODE_PEERS:
+            t = batch[f"lease->dispatch jobs/s, pgstore_batch / {peer} at W=2"]
+            assert t["measured"] is None and t["note"].startswith("not measured"), t
 
 
 @pytest.mark.xdist_group("ha")

@@ -116,9 +116,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
     p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
     p.add_argument("--peer-systems", type=_systems,
-                   help="systems in the peer loop (default pgstore,pgstore_unprepared,"
-                        "procrastinate,pgqueuer,graphile-worker,pg-boss; pgstore_sql adds"
-                        " our loop straight from SQL)")
+                   help="systems in the peer loop (default pgstore,pgstore_batch,"
+                        "pgstore_unprepared,procrastinate,pgqueuer,graphile-worker,pg-boss;"
+                        " pgstore_sql adds our loop straight from SQL)")
     p.add_argument("--cache", type=Path, default=Path(".bench-cache"),
                    help="where npm installs the Node peers (default: .bench-cache, git-ignored)")
     p.add_argument("--hot-cycles", type=_positive,

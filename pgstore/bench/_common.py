@@ -47,8 +47,8 @@ class Settings:
     peer_jobs: int = 20_000
     peer_repeats: int = 1
     workers: tuple[int, ...] = (1, 2, 4, 8)
-    peer_systems: tuple[str, ...] = ("pgstore", "pgstore_unprepared", "procrastinate", "pgqueuer",
-                                     "graphile-worker", "pg-boss")
+    peer_systems: tuple[str, ...] = ("pgstore", "pgstore_batch", "pgstore_unprepared",
+                                     "procrastinate", "pgqueuer", "graphile-worker", "pg-boss")
     hot_cycles: int = 100_000
     hot_schedules: int = 1_000
     wakeup_samples: int = 30

@@ -10,7 +10,10 @@ in their own schemas, installed by their own code:
   prepared, on this direct connection); ``pgstore_unprepared``, the same with
   ``prepare=False``; and, optionally, the same two functions straight from SQL
   (psycopg's default, which prepares a statement from its fifth run). One job
-  per lease: pgstore has no batch lease;
+  per lease; ``pgstore_batch``, the batched path: one ``Dispatcher`` per worker process
+  on an ``AsyncPgJobStore`` (its default ``batch_size``, ``concurrency`` 500, as in the
+  burst), whose leases, marks and renews carry up to ``batch_size`` jobs a call; a job
+  counts as finished when its mark is committed (the dispatcher's ``Complete`` event);
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -66,10 +69,12 @@ from pgstore.bench._common import summary as summarize
 from pgstore.bench._node import NODE_SYSTEMS, PACKAGES, NodeSystem, ensure_packages, versions
 from pgstore.bench._node import SETTINGS as NODE_SETTINGS
 
-SYSTEMS = ("pgstore", "pgstore_unprepared", "pgstore_sql", "procrastinate", "pgqueuer",
-           *NODE_SYSTEMS)
+SYSTEMS = ("pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql", "procrastinate",
+           "pgqueuer", *NODE_SYSTEMS)
 #: The systems that run pgstore's own schema.
-OURS = ("pgstore", "pgstore_unprepared", "pgstore_sql")
+OURS = ("pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql")
+#: ``pgstore_batch``'s Dispatcher: as many dispatches at once as the burst's.
+BATCH_CONCURRENCY = 500
 PEERS = ("procrastinate", "pgqueuer", *NODE_SYSTEMS)
 EMPTY_RETRIES = 3
 #: pgqueuer's dequeue batch (its ``batch_size``), chosen by trying 1, 10 and 100 at W = 4
@@ -142,6 +147,56 @@ def _loop_pgstore_sql(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]
         assert done is not None and done[0]
         got.append(row[0])
         last = time.monotonic_ns()
+    return got, last
+
+
+def _loop_pgstore_batch(dsn: str, schema: str, me: str) -> tuple[list[Any], int]:
+    """One Dispatcher (the default ``batch_size``) until the database holds no job left
+    to dispatch; the run ids whose mark committed, and when the last one did."""
+    from pgstore.models import Job
+    from pgstore.postgres.jobs import AsyncPgJobStore
+    from pgstore.runtime.dispatcher import Dispatcher
+    from pgstore.runtime.events import Complete, Event
+
+    got: list[Any] = []
+    bad: list[str] = []
+    last = time.monotonic_ns()
+
+    def seen(event: Event) -> None:
+        nonlocal last
+        if isinstance(event, Complete):
+            if event.outcome == "completed":
+                got.append(event.subject)
+                last = time.monotonic_ns()
+            else:
+                bad.append(f"{event.subject}: {event.outcome}")
+
+    async def dispatch(job: Job) -> str:
+        return me
+
+    left = (f"SELECT EXISTS (SELECT FROM {ident(schema)}.jobs"
+            f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
+
+    async def main() -> None:
+        store = AsyncPgJobStore(dsn, schema=schema)
+        d = Dispatcher(store, dispatch, holder=me, concurrency=BATCH_CONCURRENCY,
+                       poll_interval=0.002, listen=False, on_event=seen)
+        runner = asyncio.ensure_future(d.run(handle_signals=False))
+        check = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            while True:
+                await asyncio.sleep(0.02)
+                row = await (await check.execute(left)).fetchone()
+                if row is not None and not row[0] and d.running == 0:
+                    break
+        finally:
+            await check.close()
+            d.stop()
+            await runner
+            await store.close()
+
+    asyncio.run(main())
+    assert not bad, bad[:5]
     return got, last
 
 
@@ -223,7 +278,10 @@ def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
             conn.execute("SELECT 1").fetchall()
             ready.put(index)
             go.wait()
-            got, last = LOOPS[system](conn, schema, me)
+            if system == "pgstore_batch":  # its own connections, through its store
+                got, last = _loop_pgstore_batch(dsn, schema, me)
+            else:
+                got, last = LOOPS[system](conn, schema, me)
         results.put((index, got, last, None))
     except BaseException as exc:  # reported to the parent, which fails the run
         ready.put(index)
@@ -426,6 +484,8 @@ def peer_info(modules: Path | None) -> dict[str, dict[str, Any]]:
     """Each system's version and the settings the bench runs it with."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from pgstore.runtime.dispatcher import BATCH_SIZE
+
     def of(dist: str) -> str | None:
         try:
             return version(dist)
@@ -434,6 +494,9 @@ def peer_info(modules: Path | None) -> dict[str, dict[str, Any]]:
 
     info: dict[str, dict[str, Any]] = {
         "pgstore": {"version": of("pgstore"), "settings": {"prepare": None, "batch": 1}},
+        "pgstore_batch": {"version": of("pgstore"),
+                          "settings": {"dispatcher": True, "batch_size": BATCH_SIZE,
+                                       "concurrency": BATCH_CONCURRENCY}},
         "pgstore_unprepared": {"version": of("pgstore"),
                                "settings": {"prepare": False, "batch": 1}},
         "pgstore_sql": {"version": of("pgstore"), "settings": {"psycopg_prepare_threshold": 5}},
