@@ -263,3 +263,51 @@ def test_quick_burst_dispatches_every_job_once_and_draws_the_chart(
     assert any("T to last dispatch" in n for n in names)
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "burst.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+BURST_PEERS = ("procrastinate", "pgqueuer", *NODE_PEERS)
+
+
+@pytest.mark.slow
+def test_quick_burst_of_the_peers(pgstore_database: str, tmp_path: Path) -> None:
+    """Every peer of the burst stores 300 jobs due at T and drains them with its own
+    statements from two workers started before T, each job dispatched once; the Node
+    peers where node and npm are there, else each one said "not measured" and why."""
+    for peer in ("procrastinate", "pgqueuer"):
+        if importlib.util.find_spec(peer) is None:
+            pytest.skip(f"{peer} is not installed (the bench extra: pip install -e '.[bench]')")
+    node = shutil.which("node") is not None and shutil.which("npm") is not None
+    doc = _bench(pgstore_database, tmp_path, "--only", "burst", "--burst-jobs", "300",
+                 "--burst-workers", "2", "--burst-systems",
+                 ",".join(("pgstore_batch", *BURST_PEERS)), "--no-chart")
+    assert doc["errors"] == {}
+    burst = doc["results"]["burst"]
+    measured = {"pgstore_batch", *(BURST_PEERS if node else BURST_PEERS[:2])}
+    assert set(burst["systems"]) == measured and burst["all_checks_ok"]
+    assert set(burst["skipped"]) == (set() if node else set(NODE_PEERS))
+    for name, st in burst["systems"].items():
+        (run,) = st["runs"]
+        assert run["exactly_once"] and run["errors"] == [], (name, run)
+        assert run["timeline"][-1][1] == 300, name
+        assert 0 <= run["lateness_ms"]["p50"] <= run["lateness_ms"]["max"], name
+        assert run["drain_s"] > 0, name
+    assert set(burst["batch_over"]) == measured - {"pgstore_batch"}
+    text = (tmp_path / "results.md").read_text()
+    for name in BURST_PEERS:
+        assert f"| {name} |" in text, name
+
+
+def test_a_burst_peer_that_cannot_run_is_reported_not_measured(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """Without node on the PATH the Node peers of the burst are listed as not measured,
+    with why, in the results and in results.md; the others still run."""
+    bare = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if not (Path(p) / "node").exists())
+    doc = _bench(pgstore_database, tmp_path, "--only", "burst", "--burst-jobs", "100",
+                 "--burst-workers", "1", "--burst-systems", "pgstore_batch,graphile-worker",
+                 "--no-chart", path=bare)
+    burst = doc["results"]["burst"]
+    assert set(burst["systems"]) == {"pgstore_batch"} and burst["all_checks_ok"]
+    assert set(burst["skipped"]) == {"graphile-worker"}
+    assert "| graphile-worker | not measured: " in (tmp_path / "results.md").read_text()

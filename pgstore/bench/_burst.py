@@ -25,7 +25,13 @@ benchmark adds its function there.
   (4).
 * ``procrastinate``: W processes running its own fetch-job / finish-job loop
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), the jobs
-  deferred with ``scheduled_at`` = T (the peers extra).
+  deferred with ``scheduled_at`` = T (the peers extra);
+* ``pgqueuer``: W processes running its own dequeue / log loop as in the peer loop
+  (``batch_size`` 100), the jobs enqueued by its ``enqueue`` and given
+  ``execute_after`` = T; a job's finish is its ``successful`` log row's ``created``;
+* ``graphile-worker`` and ``pg-boss``: their node processes as in the peer loop
+  (``node_peers.cjs``), connected before T, given their go line at T, the jobs' due
+  times (``run_at``, ``start_after``) set to T (``_node_burst``).
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ import asyncio
 import multiprocessing as mp
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +71,8 @@ class BurstSpec:
     jobs: int
     workers: int
     at_ms: int
+    #: Where npm installs the Node peers (``--cache``).
+    cache: Path = Path(".bench-cache")
 
 
 @dataclass
@@ -375,11 +385,164 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
                          "server_cpu_s": server_cpu})
 
 
+# --- pgqueuer ------------------------------------------------------------------------------
+
+
+def _pgqueuer_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str) -> None:
+    from psycopg import RawCursor
+
+    from pgstore.bench._peers import _module, pgqueuer_batch
+
+    called: list[tuple[int, int]] = []
+    try:
+        qb = _module("pgqueuer.adapters.persistence.qb")
+        settings = _module("pgqueuer.domain.settings")
+        qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
+        manager, batch = uuid.uuid4(), pgqueuer_batch()
+        log_sql = qbq.build_log_job_query()
+        with connect(dsn) as conn:
+            at_ms = gate.wait_for_t(index)
+            while time.time() * 1000 < at_ms:
+                time.sleep(0.005)
+            cpu_at_t = time.process_time()
+            empty = 0
+            while empty < 20:
+                # Its dequeue, rendered as its QueueManager renders it, every iteration.
+                query = qbq.build_dequeue_query(
+                    batch_size=batch, entrypoints=["bench"], concurrency_limits=[0],
+                    queue_manager_id=manager, global_concurrency_limit=None,
+                    heartbeat_timeout=timedelta(seconds=30))
+                cur = RawCursor(conn)
+                cur.execute(query.sql, query.args)
+                rows = cur.fetchall()
+                if not rows:
+                    empty += 1
+                    time.sleep(0.005)
+                    continue
+                empty = 0
+                now = time.time_ns() // 1_000_000
+                ids = [int(row[0]) for row in rows]
+                called.extend((i, now) for i in ids)
+                RawCursor(conn).execute(log_sql, (ids, ["successful"] * len(ids),
+                                                  [None] * len(ids)))
+        results.put((called, {"worker_cpu_s": time.process_time() - cpu_at_t}, None))
+    except BaseException as exc:
+        results.put((called, {}, f"{type(exc).__name__}: {exc}"))
+
+
+def burst_pgqueuer(spec: BurstSpec) -> BurstResult:
+    """pgqueuer's own dequeue (``batch_size`` as in the peer loop) and log statements; the
+    jobs enqueued by its ``enqueue``, then given ``execute_after`` = T."""
+    from pgstore.bench._peers import System
+
+    system = System("pgqueuer", spec.dsn)
+    system.schema = schema_name("burst_pgqueuer")
+    s = ident(system.schema)
+    system.install()
+    try:
+        system.fill(spec.jobs)  # due now: put off until T before any worker starts
+        with connect(spec.dsn) as conn:
+            conn.execute(f"UPDATE {s}.pgqueuer SET execute_after = to_timestamp(%s / 1000.0)"
+                         .encode(), (NOT_YET,))
+            conn.execute(f"VACUUM (ANALYZE) {s}.pgqueuer".encode())
+            conn.execute(b"CHECKPOINT")
+
+        def due(at_ms: int) -> None:
+            with connect(spec.dsn) as conn:
+                conn.execute(f"UPDATE {s}.pgqueuer SET execute_after = to_timestamp(%s / 1000.0)"
+                             .encode(), (at_ms,))
+
+        out, server_cpu, spec = _run_workers(_pgqueuer_worker, spec, due, spec.dsn,
+                                             system.schema)
+        with connect(spec.dsn) as conn:
+            # When each job's ack (its 'successful' log row) was written.
+            finished = [int(r[0]) for r in conn.execute(
+                f"SELECT (extract(epoch FROM created) * 1000)::bigint FROM {s}.pgqueuer_log"
+                f" WHERE status = 'successful'".encode()).fetchall()]
+        succeeded = system.finished()
+    finally:
+        system.drop()
+    called = [c for calls, _, _ in out for c in calls]
+    return burst_result("pgqueuer", spec, [t for _, t in called], [str(j) for j, _ in called],
+                        finished, succeeded, [e for _, _, e in out if e],
+                        {"worker_cpu_s": sum(st.get("worker_cpu_s", 0) for _, st, _ in out),
+                         "server_cpu_s": server_cpu})
+
+
+# --- graphile-worker and pg-boss (node) ----------------------------------------------------
+
+#: Where each Node peer keeps a job's due time.
+NODE_DUE = {"graphile-worker": ("_private_jobs", "run_at"), "pg-boss": ("job", "start_after")}
+
+
+def _node_burst(spec: BurstSpec, name: str) -> BurstResult:
+    """A Node peer's own enqueue, its jobs then put off until T; its W node processes
+    (node_peers.cjs ``work``, the peer loop's settings) connect before T and get their go
+    line at T. Finished: pg-boss's ``completed_on``; graphile-worker deletes a finished
+    job, so each job counts from its handler's call, and the last from the moment its
+    ``runOnce`` returned (every completion written)."""
+    from pgstore.bench._node import NodeSystem, ensure_packages
+
+    modules, why = ensure_packages(spec.cache)
+    if modules is None:
+        raise RuntimeError(f"{name}: {why}")
+    system = NodeSystem(name, spec.dsn, modules)
+    system.schema = schema_name("burst_" + name.replace("-", "_"))
+    s = ident(system.schema)
+    table, column = NODE_DUE[name]
+    system.install()
+    try:
+        system.fill(spec.jobs)
+        put_off = f"UPDATE {s}.{table} SET {column} = to_timestamp(%s / 1000.0)".encode()
+        with connect(spec.dsn) as conn:
+            conn.execute(put_off, (NOT_YET,))
+            conn.execute(f"VACUUM (ANALYZE) {s}.{table}".encode())
+            conn.execute(b"CHECKPOINT")
+        procs = system.start_workers(spec.workers, False)
+        at_ms = _db_now_ms(spec.dsn) + LEAD_MS
+        with connect(spec.dsn) as conn:
+            conn.execute(put_off, (at_ms,))
+        spec = replace(spec, at_ms=at_ms)
+        time.sleep(max(0.0, at_ms / 1000 - time.time()))
+        before = server_cpu_s(spec.dsn)
+        NodeSystem.go(procs)
+        answers = NodeSystem.answers(procs)
+        after = server_cpu_s(spec.dsn)
+        called = [(str(j), int(c)) for a, _ in answers
+                  for j, c in zip(a.get("got", []), a.get("calls", []), strict=True)]
+        done = system.finished()
+        if name == "pg-boss":
+            with connect(spec.dsn) as conn:
+                finished = [int(r[0]) for r in conn.execute(
+                    f"SELECT (extract(epoch FROM completed_on) * 1000)::bigint FROM {s}.job"
+                    f" WHERE name = 'bench' AND state = 'completed'".encode()).fetchall()]
+        else:
+            finished = sorted(c for _, c in called)
+            if finished:
+                finished[-1] = max([finished[-1]] + [int(a["end"]) for a, _ in answers if a])
+    finally:
+        system.drop()
+    cpu = None if before is None or after is None else after - before
+    return burst_result(name, spec, [c for _, c in called], [j for j, _ in called], finished,
+                        done, [e for _, e in answers if e], {"server_cpu_s": cpu})
+
+
+def burst_graphile_worker(spec: BurstSpec) -> BurstResult:
+    return _node_burst(spec, "graphile-worker")
+
+
+def burst_pg_boss(spec: BurstSpec) -> BurstResult:
+    return _node_burst(spec, "pg-boss")
+
+
 #: Every system of the burst section, by name: one function each.
 BURST_SYSTEMS: dict[str, Callable[[BurstSpec], BurstResult]] = {
     "pgstore_batch": burst_pgstore_batch,
     "pgstore_single": burst_pgstore_single,
     "procrastinate": burst_procrastinate,
+    "pgqueuer": burst_pgqueuer,
+    "graphile-worker": burst_graphile_worker,
+    "pg-boss": burst_pg_boss,
 }
 
 
@@ -399,8 +562,14 @@ def run_burst(cfg: Settings) -> dict[str, Any]:
     runs: dict[str, list[BurstResult]] = {n: [] for n in names}
     for rep in range(cfg.burst_repeats):
         for name in names:
-            spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers, 0)  # T: once ready
-            r = BURST_SYSTEMS[name](spec)
+            spec = BurstSpec(cfg.dsn, cfg.burst_jobs, cfg.burst_workers, 0,  # T: once ready
+                             cfg.cache)
+            try:
+                r = BURST_SYSTEMS[name](spec)
+            except Exception as exc:  # one peer that cannot run must not lose the others
+                missing[name] = f"{type(exc).__name__}: {exc}"
+                cfg.log(f"  burst: {name}: not measured: {missing[name]}")
+                continue
             if r.detail.get("server_cpu_s") is not None:
                 # From T to the end: what the drain cost both sides, per job.
                 r.detail["cpu_us_per_job"] = round(
@@ -413,6 +582,7 @@ def run_burst(cfg: Settings) -> dict[str, Any]:
                     f" workers + {r.detail.get('server_cpu_s') or float('nan'):.1f} s server"
                     f" (load {os.getloadavg()[0]:.1f})"
                     f"{'' if r.exactly_once else '  CHECK FAILED'}")
+    runs = {name: rs for name, rs in runs.items() if rs}
     systems = {}
     for name, rs in runs.items():
         systems[name] = {

@@ -57,7 +57,8 @@ class Settings:
     burst_jobs: int = 100_000
     burst_workers: int = 8
     burst_repeats: int = 1
-    burst_systems: tuple[str, ...] = ("pgstore_batch", "pgstore_single", "procrastinate")
+    burst_systems: tuple[str, ...] = ("pgstore_batch", "pgstore_single", "procrastinate",
+                                      "pgqueuer", "graphile-worker", "pg-boss")
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

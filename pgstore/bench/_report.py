@@ -297,6 +297,8 @@ def _burst_rows(burst: dict[str, Any]) -> list[list[str]]:
                      med(st["lateness_max_ms"], 0.001),
                      "n/a" if cpu.get("median") is None else f"{cpu['median']:.0f}",
                      "yes" if st["exactly_once"] else "NO"])
+    for name, why in (burst.get("skipped") or {}).items():
+        rows.append([name, f"not measured: {why}", "", "", "", "", "", ""])
     return rows
 
 

@@ -10,7 +10,9 @@
 // them); the packages from the folder in PGSTORE_BENCH_NODE_MODULES (the bench's
 // npm cache, see _node.py). `work` connects, prints "ready", waits for a line on
 // stdin, drains the queue with its peer's own batching, and prints one JSON line:
-// {"got": [job ids], "last": "<CLOCK_MONOTONIC ns of the last completion>"}.
+// {"got": [job ids], "last": "<CLOCK_MONOTONIC ns of the last completion>",
+//  "calls": [epoch ms each job's handler ran, as got], "end": <epoch ms of the last completion>}
+// (the burst sends the go line at its instant T: the workers connect before).
 "use strict";
 
 const path = require("node:path");
@@ -108,10 +110,12 @@ async function workGraphile(schema, settings) {
   const client = await pgPool.connect(); // open one connection before "ready"
   client.release();
   const got = [];
+  const calls = [];
   let last = now();
   const taskList = {
     [QUEUE]: async (_payload, helpers) => {
       got.push(String(helpers.job.id));
+      calls.push(Date.now());
     },
   };
   await waitForGo();
@@ -122,15 +126,18 @@ async function workGraphile(schema, settings) {
                         completeJobBatchDelay: settings.completeJobBatchDelay } },
   });
   last = now(); // runOnce resolves once every completion is written
+  const end = Date.now();
   await pgPool.end();
-  return { got, last };
+  return { got, last, calls, end };
 }
 
 async function workBoss(schema, settings) {
   const b = boss(schema, settings.max);
   await b.start();
   const got = [];
+  const calls = [];
   let last = now();
+  let end = Date.now();
   let empty = 0;
   await waitForGo();
   while (empty < EMPTY_RETRIES) {
@@ -142,13 +149,16 @@ async function workBoss(schema, settings) {
     }
     empty = 0;
     const ids = jobs.map((j) => j.id);
+    const called = Date.now();
+    for (const _ of ids) calls.push(called);
     const done = await b.complete(QUEUE, ids);
     if (done.affected !== ids.length) throw new Error(`completed ${done.affected} of ${ids.length}`);
     for (const id of ids) got.push(String(id));
     last = now();
+    end = Date.now();
   }
   await b.stop({ graceful: false, wait: true });
-  return { got, last };
+  return { got, last, calls, end };
 }
 
 async function main() {
