@@ -337,6 +337,17 @@ def render_markdown(blocks: list[tuple[str, list[str], list[list[str]]]],
         f"({meta['settings'].get('peer_repeats', 1)} per system and W in the peer loop; "
         f"min-max in brackets).",
     ]
+    st = meta["settings"]
+    if "calls" in st:
+        end = m.get("loadavg_end") or [None]
+        out.append(
+            f"\nSizes: {st['calls']} calls per repeat; scale {st['scale_rows']:,} rows against "
+            f"{st['scale_due']:,}; peer loop {st['peer_jobs']:,} jobs per run, W = "
+            f"{', '.join(str(w) for w in st['workers'])}; HOT {st['hot_cycles']:,} cycles; "
+            f"{st['wakeup_samples']} wake-up samples; retention {st['retention_rows']:,} "
+            f"finished jobs; burst {st['burst_jobs']:,} jobs, W = {st['burst_workers']}, "
+            f"{st['burst_repeats']} burst(s) per system"
+            + (f"; load average at the end {end[0]:.2f}." if end[0] is not None else "."))
     for title, header, rows in blocks:
         out.append(f"\n**{title}**\n")
         out.append("| " + " | ".join(header) + " |")
