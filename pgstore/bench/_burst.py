@@ -40,10 +40,8 @@ import asyncio
 import multiprocessing as mp
 import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +171,12 @@ class Gate:
         self.ready.put(index)
         self.go.wait()
         return int(self.at.value)
+
+    def wait_until_t(self, index: int) -> None:
+        """``wait_for_t``, then sleep until T itself."""
+        at_ms = self.wait_for_t(index)
+        while time.time() * 1000 < at_ms:
+            time.sleep(0.005)
 
 
 def _run_workers(
@@ -317,9 +321,7 @@ def _procrastinate_worker(index: int, results: Any, gate: Gate, dsn: str, schema
                 "SELECT worker_id FROM procrastinate_register_worker_v1()").fetchone()
             assert row is not None
             worker_id, fetch, finish = row[0], queries["fetch_job"], queries["finish_job"]
-            at_ms = gate.wait_for_t(index)
-            while time.time() * 1000 < at_ms:
-                time.sleep(0.005)
+            gate.wait_until_t(index)
             cpu_at_t = time.process_time()
             empty = 0
             while empty < 20:
@@ -389,42 +391,25 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
 
 
 def _pgqueuer_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str) -> None:
-    from psycopg import RawCursor
-
-    from pgstore.bench._peers import _module, pgqueuer_batch
+    from pgstore.bench._peers import PgqueuerLoop
 
     called: list[tuple[int, int]] = []
     try:
-        qb = _module("pgqueuer.adapters.persistence.qb")
-        settings = _module("pgqueuer.domain.settings")
-        qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
-        manager, batch = uuid.uuid4(), pgqueuer_batch()
-        log_sql = qbq.build_log_job_query()
+        loop = PgqueuerLoop(schema)
         with connect(dsn) as conn:
-            at_ms = gate.wait_for_t(index)
-            while time.time() * 1000 < at_ms:
-                time.sleep(0.005)
+            gate.wait_until_t(index)
             cpu_at_t = time.process_time()
             empty = 0
             while empty < 20:
-                # Its dequeue, rendered as its QueueManager renders it, every iteration.
-                query = qbq.build_dequeue_query(
-                    batch_size=batch, entrypoints=["bench"], concurrency_limits=[0],
-                    queue_manager_id=manager, global_concurrency_limit=None,
-                    heartbeat_timeout=timedelta(seconds=30))
-                cur = RawCursor(conn)
-                cur.execute(query.sql, query.args)
-                rows = cur.fetchall()
-                if not rows:
+                ids = loop.dequeue(conn)
+                if not ids:
                     empty += 1
                     time.sleep(0.005)
                     continue
                 empty = 0
                 now = time.time_ns() // 1_000_000
-                ids = [int(row[0]) for row in rows]
                 called.extend((i, now) for i in ids)
-                RawCursor(conn).execute(log_sql, (ids, ["successful"] * len(ids),
-                                                  [None] * len(ids)))
+                loop.ack(conn, ids)
         results.put((called, {"worker_cpu_s": time.process_time() - cpu_at_t}, None))
     except BaseException as exc:
         results.put((called, {}, f"{type(exc).__name__}: {exc}"))

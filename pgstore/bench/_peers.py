@@ -222,34 +222,52 @@ def _loop_procrastinate(conn: Conn, schema: str, me: str) -> tuple[list[Any], in
     return got, last
 
 
-def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
-    from psycopg import RawCursor
+class PgqueuerLoop:
+    """pgqueuer's own dequeue and log (ack) statements on ``schema``, sent as its psycopg
+    driver sends them (a raw cursor with ``$n`` parameters)."""
 
-    qb, settings = _module("pgqueuer.adapters.persistence.qb"), _module("pgqueuer.domain.settings")
-    qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
-    manager = uuid.uuid4()
-    log_sql = qbq.build_log_job_query()
-    batch = pgqueuer_batch()
-    got: list[Any] = []
-    last = time.monotonic_ns()
-    empty = 0
-    while empty < EMPTY_RETRIES:
+    def __init__(self, schema: str) -> None:
+        qb = _module("pgqueuer.adapters.persistence.qb")
+        settings = _module("pgqueuer.domain.settings")
+        self.qbq = qb.QueryQueueBuilder(settings=settings.DBSettings(db_schema=schema))
+        self.manager, self.batch = uuid.uuid4(), pgqueuer_batch()
+        self.log_sql = self.qbq.build_log_job_query()
+
+    def dequeue(self, conn: Conn) -> list[int]:
+        """Up to ``batch`` job ids, taken."""
+        from psycopg import RawCursor
+
         # pgqueuer rebuilds its dequeue statement every iteration too (the text is cached).
-        query = qbq.build_dequeue_query(
-            batch_size=batch, entrypoints=["bench"], concurrency_limits=[0],
-            queue_manager_id=manager, global_concurrency_limit=None,
+        query = self.qbq.build_dequeue_query(
+            batch_size=self.batch, entrypoints=["bench"], concurrency_limits=[0],
+            queue_manager_id=self.manager, global_concurrency_limit=None,
             heartbeat_timeout=timedelta(seconds=30),
         )
         cur = RawCursor(conn)
         cur.execute(query.sql, query.args)
-        rows = cur.fetchall()
-        if not rows:
+        return [int(row[0]) for row in cur.fetchall()]
+
+    def ack(self, conn: Conn, ids: list[int]) -> None:
+        """The batch logged successful, in one statement."""
+        from psycopg import RawCursor
+
+        RawCursor(conn).execute(self.log_sql,
+                                (ids, ["successful"] * len(ids), [None] * len(ids)))
+
+
+def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+    loop = PgqueuerLoop(schema)
+    got: list[Any] = []
+    last = time.monotonic_ns()
+    empty = 0
+    while empty < EMPTY_RETRIES:
+        ids = loop.dequeue(conn)
+        if not ids:
             empty += 1
             time.sleep(0.002)
             continue
         empty = 0
-        ids = [row[0] for row in rows]
-        RawCursor(conn).execute(log_sql, (ids, ["successful"] * len(ids), [None] * len(ids)))
+        loop.ack(conn, ids)
         got.extend(ids)
         last = time.monotonic_ns()
     return got, last
