@@ -542,7 +542,7 @@ def _db_now_ms(dsn: str) -> int:
 def run_burst(cfg: Settings) -> dict[str, Any]:
     from pgstore.bench._peers import peers_available
 
-    missing = {k: v for k, v in peers_available().items() if v}
+    missing = {k: v for k, v in peers_available().items() if v and k in cfg.burst_systems}
     names = [n for n in cfg.burst_systems if n not in missing]
     runs: dict[str, list[BurstResult]] = {n: [] for n in names}
     for rep in range(cfg.burst_repeats):
