@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,17 +18,10 @@ from pgstore import Job, MemoryJobStore, NotPermitted, PgJobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.testing import drop_schema, install_schema
+from tests.waiting import WAIT, until
 
-WAIT = 20.0
 DAY = 86_400_000
 
-
-async def _until(what: str, done: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _never(job: Job) -> None:
@@ -89,7 +81,7 @@ def test_purge_after_deletes_only_jobs_finished_long_enough_ago_in_batches(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("a round", lambda: bool(rounds))
+        await until("a round", lambda: bool(rounds))
         d.stop()
         await task
 
@@ -112,10 +104,10 @@ def test_rounds_repeat_every_purge_interval(pgstore_database: str, pgstore_schem
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the first round", lambda: bool(rounds))
+        await until("the first round", lambda: bool(rounds))
         assert rounds[0].deleted == 0
         await asyncio.to_thread(_finished, dsn, schema, ["a", "b", "c"], 5_000)
-        await _until("a round that deletes them", lambda: sum(r.deleted for r in rounds) == 3)
+        await until("a round that deletes them", lambda: sum(r.deleted for r in rounds) == 3)
         d.stop()
         await task
 
@@ -188,13 +180,13 @@ def test_a_failed_round_is_reported_and_the_next_one_retries(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the first round", lambda: bool(rounds))
+        await until("the first round", lambda: bool(rounds))
         await asyncio.to_thread(locker.execute, sql.SQL(
             "LOCK TABLE {}.jobs IN ACCESS EXCLUSIVE MODE").format(sql.Identifier(schema)))
-        await _until("a failed round", lambda: any(r.outcome == "error" for r in rounds))
+        await until("a failed round", lambda: any(r.outcome == "error" for r in rounds))
         await asyncio.to_thread(locker.rollback)
         await asyncio.to_thread(_finished, dsn, schema, ["old"], 10_000)
-        await _until("a round that deletes", lambda: sum(r.deleted for r in rounds) == 1)
+        await until("a round that deletes", lambda: sum(r.deleted for r in rounds) == 1)
         d.stop()
         await task
 

@@ -7,7 +7,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -19,9 +19,9 @@ from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.proxy import TcpProxy, tcp_proxy
+from tests.waiting import WAIT, until
 
 E = TypeVar("E", bound=ev.Event)
-WAIT = 20.0
 
 
 class Recorder:
@@ -39,13 +39,6 @@ class Recorder:
         with self._lock:
             return [e for e in self.events if isinstance(e, kind)]
 
-
-async def _until(what: str, done: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -69,7 +62,7 @@ def test_a_scheduler_reports_registers_claims_runs_and_completes(
 
     async def main() -> None:
         task = asyncio.ensure_future(s.run(handle_signals=False))
-        await _until("runs", lambda: len(seen.of(ev.Complete)) >= 8)
+        await until("runs", lambda: len(seen.of(ev.Complete)) >= 8)
         s.stop()
         await task
 
@@ -122,7 +115,7 @@ def test_a_stolen_schedule_lease_is_a_refused_renew_and_a_lost_lease(
 
     async def main() -> None:
         task = asyncio.ensure_future(s.run(handle_signals=False))
-        await _until("the lease lost", lambda: bool(seen.of(ev.HandlerRun)))
+        await until("the lease lost", lambda: bool(seen.of(ev.HandlerRun)))
         s.stop()
         await task
 
@@ -148,7 +141,7 @@ def test_a_complete_under_a_stolen_lease_is_rejected_and_refused(
 
     async def main() -> None:
         task = asyncio.ensure_future(s.run(handle_signals=False))
-        await _until("the complete", lambda: bool(seen.of(ev.Complete)))
+        await until("the complete", lambda: bool(seen.of(ev.Complete)))
         s.stop()
         await task
 
@@ -195,7 +188,7 @@ def test_a_dispatcher_reports_leases_lateness_marks_recalls_and_releases(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("four answers", lambda: len(seen.of(ev.Complete)) >= 4)
+        await until("four answers", lambda: len(seen.of(ev.Complete)) >= 4)
         d.stop()
         await task
 
@@ -256,7 +249,7 @@ def test_a_dispatcher_renews_under_its_lease_sequence_and_reports_a_refusal(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the mark", lambda: bool(seen.of(ev.Complete)))
+        await until("the mark", lambda: bool(seen.of(ev.Complete)))
         d.stop()
         await task
 
@@ -290,13 +283,13 @@ def test_a_lost_listener_connection_and_its_reconnect_are_reported(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the listener", lambda: d._listener is not None)
+        await until("the listener", lambda: d._listener is not None)
         assert d._listener is not None
         await asyncio.wait_for(d._listener.listening.wait(), WAIT)
         assert seen.of(ev.Reconnected) == []  # the first connection is not a reconnect
         for n in range(1, 3):
             assert await asyncio.to_thread(_terminate_listeners, pgstore_database) >= 1
-            await _until("the reconnect", lambda: len(seen.of(ev.Reconnected)) == n)  # noqa: B023
+            await until("the reconnect", lambda: len(seen.of(ev.Reconnected)) == n)  # noqa: B023
         d.stop()
         await task
 
@@ -323,7 +316,7 @@ def test_a_start_through_an_outage_reports_the_store_lost_then_back(
     async def main() -> None:
         try:
             start = asyncio.ensure_future(s.start())
-            await _until("failed starts", lambda: len(seen.of(ev.ConnectionLost)) >= 2)
+            await until("failed starts", lambda: len(seen.of(ev.ConnectionLost)) >= 2)
         finally:
             proxy.restore()
         await asyncio.wait_for(start, WAIT)
@@ -354,7 +347,7 @@ def test_a_subscriber_that_raises_changes_nothing_and_unsubscribing_stops_it(
 
     async def main() -> None:
         task = asyncio.ensure_future(s.run(handle_signals=False))
-        await _until("completes", lambda: len(seen.of(ev.Complete)) >= 3)
+        await until("completes", lambda: len(seen.of(ev.Complete)) >= 3)
         s.stop()
         await task
 

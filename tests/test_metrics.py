@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -26,8 +26,8 @@ from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector, poll_store_stats
 from pgstore.runtime.scheduler import Scheduler
 from tests.cli_support import process_env
+from tests.waiting import WAIT, until
 
-WAIT = 20.0
 REPO = Path(__file__).resolve().parents[1]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -60,13 +60,6 @@ def served() -> Iterator[tuple[CollectorRegistry, str]]:
         server.server_close()
         thread.join(5)
 
-
-async def _until(what: str, done: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def test_the_counters_count_what_a_scheduler_and_a_dispatcher_did(
@@ -119,7 +112,7 @@ def test_the_counters_count_what_a_scheduler_and_a_dispatcher_did(
 
     async def main() -> None:
         tasks = [asyncio.ensure_future(r.run(handle_signals=False)) for r in (s, d)]
-        await _until("every job answered", lambda: completes() == 7 and len(ran) >= 6)
+        await until("every job answered", lambda: completes() == 7 and len(ran) >= 6)
         s.stop()
         d.stop()
         await asyncio.gather(*tasks)
@@ -196,7 +189,7 @@ def test_stale_holder_refusals_and_lost_leases_are_counted(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the stolen marks", lambda: value(
+        await until("the stolen marks", lambda: value(
             scrape(url), "pgstore_completes_total", runtime="dispatcher",
             outcome="rejected") == trials)
         d.stop()
@@ -298,7 +291,7 @@ def test_the_interval_mode_reads_an_asyncio_store_on_the_loop(
 
     async def main() -> None:
         poller = asyncio.ensure_future(poll_store_stats(collector, read, 0.05))
-        await _until("two reads", lambda: reads >= 2)
+        await until("two reads", lambda: reads >= 2)
         page = await asyncio.to_thread(scrape, url)
         assert value(page, "pgstore_store_stats_up") == 1
         assert value(page, "pgstore_jobs", state="due") == 2
@@ -424,7 +417,7 @@ def test_a_job_that_fails_for_good_is_counted_and_shown_as_failed(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("the job failed for good", lambda: value(
+        await until("the job failed for good", lambda: value(
             scrape(url), "pgstore_releases_total", outcome="failed") == 1)
         d.stop()
         await task

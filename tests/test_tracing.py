@@ -23,8 +23,8 @@ from pgstore.runtime import events as ev
 from pgstore.runtime import tracing
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.scheduler import Scheduler
+from tests.waiting import until
 
-WAIT = 20.0
 REPO = Path(__file__).resolve().parents[1]
 _EXPORTER = InMemorySpanExporter()
 
@@ -51,13 +51,6 @@ def spans(provider: None) -> Callable[[str], list[ReadableSpan]]:
     return named
 
 
-async def _until(what: str, done: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
 
 def test_each_handler_run_is_a_span_with_its_fencing_token(
     pgstore_database: str, pgstore_schema: str, spans: Callable[[str], list[ReadableSpan]]
@@ -82,7 +75,7 @@ def test_each_handler_run_is_a_span_with_its_fencing_token(
 
     async def main() -> None:
         task = asyncio.ensure_future(s.run(handle_signals=False))
-        await _until("runs", lambda: len(spans("pgstore.schedule.run")) >= 6)
+        await until("runs", lambda: len(spans("pgstore.schedule.run")) >= 6)
         s.stop()
         await task
 
@@ -132,7 +125,7 @@ def test_each_dispatch_is_a_span_with_its_lease_sequence_and_outcome(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await _until("four dispatches", lambda: len(spans("pgstore.dispatch")) >= 4)
+        await until("four dispatches", lambda: len(spans("pgstore.dispatch")) >= 4)
         d.stop()
         await task
 
