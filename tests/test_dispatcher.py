@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from pgstore import CancelResult, InvalidArgument, Job, MemoryJobStore
+from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from tests.clock import FakeClock
+from tests.waiting import until
 
 
 def run(coro: Any) -> Any:
@@ -297,3 +300,85 @@ def test_stop_abandons_a_dispatch_past_the_grace_period() -> None:
     job = store.get("stuck")
     assert job is not None and not job.dispatched and job.lease_holder == "d1"  # left to expire
     assert d.abandoned
+
+
+def test_a_full_dispatcher_leases_again_as_its_runs_end_not_at_its_next_poll() -> None:
+    """Concurrency 2, six due jobs, a poll interval of a minute: the end of the first
+    runs wakes it, so all six go long before the first poll would have come."""
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    for n in range(6):
+        store.schedule(f"m{n}", 0)
+    sent: list[str] = []
+
+    async def dispatch(job: Job) -> str:
+        await asyncio.sleep(0.05)
+        sent.append(job.run_id)
+        return "bot"
+
+    d = _dispatcher(store, clock, provider, dispatch=dispatch, concurrency=2,
+                    poll_interval=60.0)
+
+    async def main() -> None:
+        runner = asyncio.ensure_future(d.run(handle_signals=False))
+        try:
+            await until("all six dispatched", lambda: len(sent) == 6, timeout=20)
+            await until("all six marked", lambda: d.running == 0, timeout=20)
+        finally:
+            d.stop()
+            await asyncio.wait_for(runner, 5)
+
+    run(main())
+    assert sorted(sent) == [f"m{n}" for n in range(6)]
+    assert all(job.dispatched for job in store.list_dispatched()) and len(
+        store.list_dispatched()) == 6
+
+
+def test_short_dispatches_cost_no_keeper_and_late_starting_runs_are_kept_at_once() -> None:
+    """Jobs whose dispatch ends before their first renew is due are never renewed (no
+    keeper starts for them, even once that time has passed); a run that starts after
+    it (the loop held up past a third of the lease) is renewed at once, as its lease
+    needs."""
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    for n in range(5):
+        store.schedule(f"quick{n}", 0)
+    renews: list[ev.Renew] = []
+    ttl = 600  # first renew due 0.2 s after the lease
+
+    d = _dispatcher(store, clock, provider, ttl_ms=ttl, concurrency=10,
+                    on_event=lambda e: renews.append(e) if isinstance(e, ev.Renew) else None)
+
+    async def quick_round() -> None:
+        await d.start()
+        assert await _round(d) == 5
+        await asyncio.sleep(0.5)  # well past the batch's first renew
+
+    run(quick_round())
+    assert renews == []
+    assert len(store.list_dispatched()) == 5
+
+    store.schedule("late", 0)
+    renewed_until: list[int | None] = []
+
+    def hold_up(e: ev.Event) -> None:
+        if isinstance(e, ev.Claim) and e.outcome == "claimed":
+            time.sleep(0.3)  # holds the loop: the run starts after its renew was due
+        if isinstance(e, ev.Renew):
+            renews.append(e)
+
+    async def dispatch(job: Job) -> str:
+        clock.advance(100)
+        await until("a renew", lambda: bool(renews), timeout=5)
+        current = store.get(job.run_id)
+        renewed_until.append(None if current is None else current.lease_until)
+        return "bot"
+
+    late = _dispatcher(store, clock, provider, holder="d2", ttl_ms=ttl, dispatch=dispatch,
+                       on_event=hold_up)
+
+    async def late_round() -> None:
+        await late.start()
+        assert await _round(late) == 1
+
+    run(late_round())
+    assert [e.outcome for e in renews][:1] == ["renewed"]
+    assert renewed_until == [1_100 + ttl]  # renewed, from the advanced clock

@@ -276,6 +276,31 @@ def test_concurrency_bounds_what_one_tick_claims() -> None:
     assert run(main()) == (2, 0, 2)
 
 
+def test_a_full_scheduler_claims_again_as_its_runs_end_not_at_its_next_poll() -> None:
+    """Concurrency 1, three due tasks, a poll interval of a minute: the end of each run
+    wakes it, so all three run long before the first poll would have come."""
+    store, clock = MemoryScheduleStore(), FakeClock(0)
+    sched = _scheduler(store, clock, concurrency=1, poll_interval=60.0)
+    ran: list[str] = []
+    for n in range(3):
+        sched.every(f"t{n}", 1_000, lambda ctx: ran.append(ctx.task_id))
+
+    async def main() -> None:
+        await sched.start()  # registered at 0: due at 1,000
+        clock.set(1_000)
+        runner = asyncio.ensure_future(sched.run(handle_signals=False))
+        try:
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(ran) < 3 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            sched.stop()
+            await asyncio.wait_for(runner, 5)
+
+    run(main())
+    assert sorted(ran) == ["t0", "t1", "t2"]
+
+
 @pytest.mark.parametrize("handler_kind", ["sync", "async"])
 def test_lease_loss_tells_the_handler_and_its_complete_never_happens(
     handler_kind: str, caplog: pytest.LogCaptureFixture

@@ -114,6 +114,7 @@ class Runtime:
         self._abandoned = False
         self._stopping: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
+        self._saturated = False  # idle because running work fills the concurrency
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._events = EventHub(self.log)
@@ -237,8 +238,20 @@ class Runtime:
         for piece in pieces:
             task = asyncio.get_running_loop().create_task(piece)
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._ended)
         return len(pieces)
+
+    def _refill(self) -> int:
+        """How many slots must be free before a runtime whose running work filled its
+        concurrency claims again (it is woken then, not at the end of its poll)."""
+        return 1
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if (self._saturated and self._wake is not None
+                and self.concurrency - len(self._running) >= self._refill()):
+            self._saturated = False
+            self._wake.set()
 
     async def wait_idle(self) -> None:
         """Wait until no work is running (for tests and a graceful stop)."""
@@ -272,7 +285,10 @@ class Runtime:
                                        self.owner)
                     claimed = 0
                 if claimed == 0 or len(self._running) >= self.concurrency:
+                    # Full: the end of enough runs wakes it before the poll interval.
+                    self._saturated = len(self._running) >= self.concurrency
                     await self._idle(self.poll_interval)
+                    self._saturated = False
             await self._shutdown()
         finally:
             _signals.give_back(loop, self.stop, taken)

@@ -76,7 +76,13 @@ from pgstore.models import ERROR_MAX_CHARS, Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
-from pgstore.runtime.base import Clock, Runtime, default_owner, positive_seconds
+from pgstore.runtime.base import (
+    Clock,
+    Runtime,
+    default_owner,
+    is_async_callable,
+    positive_seconds,
+)
 from pgstore.runtime.batcher import Batcher
 from pgstore.runtime.events import (
     Claim,
@@ -209,6 +215,7 @@ class Dispatcher(Runtime):
         )
         self.dispatch = dispatch
         self.recall = recall
+        self._dispatch_is_async = is_async_callable(dispatch)
         self.backoff = backoff or Backoff()
         self.mark_timeout = positive_seconds("mark_timeout", mark_timeout)
         #: Retention: jobs finished this many ms ago are purged (None: never).
@@ -322,24 +329,33 @@ class Dispatcher(Runtime):
             self._listener = None
         await super()._shutdown()
 
+    def _refill(self) -> int:
+        """Full, it leases again once a batch's worth of slots is free (half of a
+        ``concurrency`` smaller than two batches): a burst is leased in batches."""
+        return max(1, min(self.batch_size, self.concurrency // 2))
+
     async def _claim(self, free: int) -> list[Any]:
         """Lease up to ``free`` jobs: calls of ``self._batch`` jobs, doubling while they
         come back full (up to ``batch_size``), until ``free`` are leased or an answer is
         short (then the next round starts again from one job)."""
         anchor = time.monotonic()  # every lease below runs from no earlier than this
         now = await self.now()
+        keepers = _Keepers(self._keeper, anchor, self.lease_ms)
         pieces = []
         while free > 0:
             asked = min(free, self._batch)
             self.lease_calls += 1
             leased = await self._lease(now, asked)
+            events = self._events.active
             for job in leased:
                 log.info("%s: leased %s (due %s) until %s", self.holder, job.run_id,
                          job.dispatch_at, job.lease_until)
-                self.emit(Claim(runtime="dispatcher", owner=self.holder, outcome="claimed",
-                                now=now, subject=job.run_id, token=job.lease_sequence,
-                                due_at=job.dispatch_at, lease_until=job.lease_until))
-                pieces.append(self._run(job, now, anchor))
+                if events:
+                    self.emit(Claim(runtime="dispatcher", owner=self.holder,
+                                    outcome="claimed", now=now, subject=job.run_id,
+                                    token=job.lease_sequence, due_at=job.dispatch_at,
+                                    lease_until=job.lease_until))
+                pieces.append(self._run(job, now, keepers))
             if len(leased) < asked:
                 self._batch = 1
                 break
@@ -354,51 +370,47 @@ class Dispatcher(Runtime):
             return [] if job is None else [job]
         return await self._jobs.lease_many(self.holder, now, self.lease_ms, limit)
 
-    async def _run(self, job: Job, leased_at: int, anchor: float) -> None:
+    async def _run(self, job: Job, leased_at: int, keepers: _Keepers) -> None:
         lateness_ms = leased_at - job.dispatch_at
         with tracing.span("pgstore.dispatch", {
             "pgstore.owner": self.holder, "pgstore.run_id": job.run_id,
             "pgstore.lease_sequence": job.lease_sequence,
             "pgstore.dispatch_at": job.dispatch_at, "pgstore.lateness_ms": lateness_ms,
         }) as span:
-            self.emit(Dispatch(runtime="dispatcher", owner=self.holder, subject=job.run_id,
-                               token=job.lease_sequence, dispatch_at=job.dispatch_at,
-                               now=leased_at, lateness_ms=lateness_ms))
-            outcome = await self._dispatch_and_mark(job, anchor)
+            if self._events.active:
+                self.emit(Dispatch(runtime="dispatcher", owner=self.holder,
+                                   subject=job.run_id, token=job.lease_sequence,
+                                   dispatch_at=job.dispatch_at, now=leased_at,
+                                   lateness_ms=lateness_ms))
+            outcome = await self._dispatch_and_mark(job, keepers)
             tracing.finish(span, outcome)
 
-    async def _dispatch_and_mark(self, job: Job, anchor: float) -> str:
+    async def _dispatch_and_mark(self, job: Job, keepers: _Keepers) -> str:
         """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
         or ``released``)."""
-        # Started when its first renew is due (a third of the lease after the lease's
-        # anchor), so a run that starts late under load still renews on time.
-        keeper = _LazyKeeper(self._keeper(job, anchor),
-                             anchor + self.lease_ms / 3000 - time.monotonic())
+        keepers.watch(job)
         started = time.monotonic()
-
-        def ran(outcome: Literal["ok", "error", "abandoned"]) -> None:
-            self.emit(HandlerRun(runtime="dispatcher", owner=self.holder, subject=job.run_id,
-                                 token=job.lease_sequence, outcome=outcome,
-                                 duration_s=time.monotonic() - started))
-
         try:
             try:
-                result = await self.call_user(self.dispatch, job)
+                if self._dispatch_is_async:
+                    result = await self.dispatch(job)
+                else:
+                    result = await self.call_user(self.dispatch, job)
             except asyncio.CancelledError:
                 log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
                             self.holder, job.run_id)
-                ran("abandoned")
+                self._ran(job, "abandoned", started)
                 raise
             except Exception as exc:
-                ran("error")
-                keeper.cancel()
+                self._ran(job, "error", started)
+                keepers.done(job)
                 await self._retry_later(job, exc)
                 return "released"
-            ran("ok")
+            self._ran(job, "ok", started)
             worker_id = None if result is None else str(result)
             mark, attempts = await self._mark_dispatched(job, worker_id)
         finally:
-            keeper.cancel()
+            keepers.done(job)
         reason: Literal["cancelled", "taken", "unrecorded"]
         if mark is None:
             self._completed(job, "failed", attempts, worker_id)
@@ -433,13 +445,21 @@ class Dispatcher(Runtime):
                          outcome=recalled))
         return "failed" if mark is None else ("cancelled" if mark.recorded else "rejected")
 
+    def _ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],
+             started: float) -> None:
+        if self._events.active:
+            self.emit(HandlerRun(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                                 token=job.lease_sequence, outcome=outcome,
+                                 duration_s=time.monotonic() - started))
+
     def _completed(
         self, job: Job, outcome: Literal["completed", "cancelled", "rejected", "failed"],
         attempts: int, worker_id: str | None,
     ) -> None:
-        self.emit(Complete(runtime="dispatcher", owner=self.holder, subject=job.run_id,
-                           token=job.lease_sequence, outcome=outcome, attempts=attempts,
-                           worker_id=worker_id))
+        if self._events.active:
+                self.emit(Complete(runtime="dispatcher", owner=self.holder, subject=job.run_id,
+                               token=job.lease_sequence, outcome=outcome, attempts=attempts,
+                               worker_id=worker_id))
 
     async def _mark_dispatched(
         self, job: Job, worker_id: str | None
@@ -560,27 +580,48 @@ class Dispatcher(Runtime):
         )
 
 
-class _LazyKeeper:
-    """A job's keeper, started only ``delay`` seconds from now, when its first renew is
-    due anyway: most dispatches end before and cost no task."""
+class _Keepers:
+    """The lease keepers of the jobs one lease call returned.
 
-    def __init__(self, keeper: Coroutine[Any, Any, None], delay: float) -> None:
-        self._keeper: Coroutine[Any, Any, None] | None = keeper
-        self._task: asyncio.Future[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(max(delay, 0.0), self._start)
+    Their leases share one anchor, so their first renews are all due a third of the
+    lease after it: one timer then starts a keeper (``keeper(job, anchor)``) for each
+    job whose dispatch and mark are still running (``watch`` without ``done``). Most
+    dispatches end before and cost no keeper and no timer of their own; a run that
+    starts after the timer fired (a late start under load) gets its keeper at once.
+    """
 
-    def _start(self) -> None:
-        if self._keeper is not None:
-            self._task = asyncio.ensure_future(self._keeper)
-            self._keeper = None
+    def __init__(
+        self, keeper: Callable[[Job, float], Coroutine[Any, Any, None]], anchor: float,
+        lease_ms: int,
+    ) -> None:
+        self._keeper = keeper
+        self._anchor = anchor
+        self._waiting: dict[str, Job] = {}  # by run_id: one lease call's are distinct
+        self._kept: dict[str, asyncio.Future[None]] = {}
+        self._fired = False
+        delay = anchor + lease_ms / 3000 - time.monotonic()
+        asyncio.get_running_loop().call_later(max(delay, 0.0), self._fire)
 
-    def cancel(self) -> None:
-        self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
-        if self._keeper is not None:
-            self._keeper.close()  # never started: nothing to cancel
-            self._keeper = None
+    def watch(self, job: Job) -> None:
+        if self._fired:
+            self._kept[job.run_id] = self._start(job)
+        else:
+            self._waiting[job.run_id] = job
+
+    def done(self, job: Job) -> None:
+        if self._waiting.pop(job.run_id, None) is None:
+            keeper = self._kept.pop(job.run_id, None)
+            if keeper is not None:
+                keeper.cancel()
+
+    def _start(self, job: Job) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self._keeper(job, self._anchor))
+
+    def _fire(self) -> None:
+        self._fired = True
+        for run_id, job in self._waiting.items():
+            self._kept[run_id] = self._start(job)
+        self._waiting.clear()
 
 
 def _purge_after_ms(value: object) -> int | None:
