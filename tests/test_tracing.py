@@ -178,6 +178,39 @@ def test_without_opentelemetry_nothing_is_imported_and_the_runtime_runs() -> Non
     assert done.stdout.startswith("ran ")
 
 
+def test_with_the_api_but_no_provider_yet_no_span_is_started_until_one_is_set() -> None:
+    """A process with opentelemetry-api and no tracer provider set: ``span`` is the
+    shared no-op (nothing started, nothing made current); once the application sets a
+    provider, the next span is recorded by it (the proxy's tracer follows it)."""
+    script = textwrap.dedent("""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter)
+        from pgstore.runtime import tracing
+        assert tracing.ENABLED
+        with tracing.span("pgstore.dispatch", {"pgstore.run_id": "before"}) as span:
+            assert span is tracing._NO_SPAN
+            assert not trace.get_current_span().get_span_context().is_valid
+        exporter = InMemorySpanExporter()
+        sdk = TracerProvider()
+        sdk.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(sdk)
+        with tracing.span("pgstore.dispatch", {"pgstore.run_id": "after"}) as span:
+            assert trace.get_current_span() is span
+            tracing.finish(span, "completed")
+        names = [(s.name, s.attributes["pgstore.run_id"]) for s in
+                 exporter.get_finished_spans()]
+        assert names == [("pgstore.dispatch", "after")], names
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 def test_the_disabled_span_costs_about_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Side by side in one process: the disabled path against a bare ``with`` of a
     no-op context manager (the floor), median of several repeats."""

@@ -20,9 +20,10 @@ a no-op). Attributes name the work and its lease:
 A plain (thread-pool) handler runs in the span's context, so spans it opens are
 children of the run's. Without the package, ``span()`` is a context manager
 that does nothing (no import, no allocation beyond one shared object). With the
-API but no SDK (the API's no-op tracer, nothing to record and no trace to
-carry on), the span is not made current either: a burst of dispatches pays
-about a microsecond a job for tracing, not the fifteen a current span costs.
+API but no tracer provider set (``ProxyTracerProvider``: nothing would be
+recorded), no span is started, and a tracer's span that carries no trace (the
+API's no-op) is not made current: a burst of dispatches pays about a
+microsecond a job for tracing, not the fifteen a current span costs.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ def span(name: str, attributes: Mapping[str, str | int]) -> AbstractContextManag
     recorded on it and re-raised); a no-op without opentelemetry-api, and without a
     tracer that records or carries a trace (the API's own no-op tracer)."""
     global _tracer
-    if _trace is None:
-        return _NOTHING
+    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+        return _NOTHING  # no SDK set up (yet): the API's tracers would record nothing
     if _tracer is None:
         _tracer = _trace.get_tracer(TRACER_NAME)
     current = _tracer.start_span(name, attributes=dict(attributes))
