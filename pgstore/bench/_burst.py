@@ -234,6 +234,8 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
         # Until T plus a while with nothing left: every worker stops once the database
         # says the burst is drained.
         check = psycopg.connect(dsn, autocommit=True)
+        left = (f"SELECT EXISTS (SELECT FROM {ident(schema)}.jobs"
+                f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
         idle_calls = None  # the lease calls of the polls before T
         cpu_at_t = 0.0
         try:
@@ -243,10 +245,13 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
                     continue
                 if idle_calls is None:
                     idle_calls, cpu_at_t = d.lease_calls, time.process_time()
-                row = await asyncio.to_thread(lambda: check.execute(
-                    f"SELECT count(*) FROM {ident(schema)}.jobs WHERE NOT dispatched".encode()
-                ).fetchone())
-                if row is not None and row[0] == 0 and d.running == 0:
+                if d.running:
+                    continue
+                # Idle: is any job left? Through the pending index, as a lease looks (a
+                # count(*) of the table every 50 ms in 8 workers was a third of the
+                # server's CPU in the burst).
+                row = await asyncio.to_thread(lambda: check.execute(left).fetchone())
+                if row is not None and not row[0]:
                     break
         finally:
             check.close()
