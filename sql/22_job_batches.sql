@@ -1,13 +1,16 @@
 -- pgstore: the job store's batch calls, for bursts (every bot of the 10:00
 -- meetings due in the same second).
 --
--- Each is one statement over many jobs with the per-job meaning of its
--- single-job function in 21_job_functions.sql: a dispatcher that leases,
+-- Each writes with one statement over many jobs, with the per-job meaning of
+-- its single-job function in 21_job_functions.sql: a dispatcher that leases,
 -- marks or renews a hundred jobs pays one round trip and one commit instead
 -- of a hundred. The arrays are checked whole before any row is touched (a bad
 -- element raises 22023 and changes nothing): one dimension, at most
 -- batch_max() elements, run ids non-empty, at most 1024 characters and
--- distinct, companion arrays of the same length.
+-- distinct, companion arrays of the same length. A job costs about the same
+-- at any batch size, whatever plan the planner picks: a job's own arguments
+-- and answer are looked up by run_id (in jsonb objects, a binary search),
+-- never found by joining the input arrays to the rows.
 
 CREATE FUNCTION batch_max() RETURNS integer
 LANGUAGE sql IMMUTABLE
@@ -132,6 +135,7 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
+    v_floor bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -142,6 +146,11 @@ BEGIN
     END IF;
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+    -- Once per call, not once per row (token_floor() is VOLATILE: inlined into
+    -- the SET list it read the WAL position for every job). One value is right
+    -- for the whole batch: a primary writes on one timeline for as long as it
+    -- runs, and check_primary() above has refused a standby.
+    v_floor := token_floor();
 
     -- job_lease's walk with LIMIT p_limit: the ARRAY() subquery is an InitPlan
     -- that runs once, walks the pending index in lease order and locks up to
@@ -153,7 +162,7 @@ BEGIN
         UPDATE jobs j
            SET lease_holder = p_holder,
                lease_until = v_until,
-               lease_sequence = greatest(j.lease_sequence + 1, token_floor()),
+               lease_sequence = greatest(j.lease_sequence + 1, v_floor),
                attempts = j.attempts + 1
          WHERE j.run_id = ANY (ARRAY(
                    SELECT c.run_id
@@ -187,6 +196,10 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_worker_ids jsonb;  -- run_id -> worker_id
+    v_fences     jsonb;  -- run_id -> lease_sequence; NULL when no array is given
+    v_marked     jsonb;  -- run_id -> cancelled, for the jobs the UPDATE recorded
 BEGIN
     PERFORM check_primary();
     PERFORM check_run_ids(p_run_ids);
@@ -197,37 +210,51 @@ BEGIN
     END IF;
     PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
 
+    -- Each job's own arguments are looked up by run_id in a jsonb object, not
+    -- joined to the rows: jsonb keeps an object's keys sorted, so ->> is a
+    -- binary search, and the call's cost grows with the batch, not with its
+    -- square, whatever plan the planner picks. (Until pgstore_0013 they were
+    -- a join with unnest(), which the generic plan plpgsql caches after five
+    -- calls, estimating 10 input rows and 1 match, ran as a nested loop that
+    -- rescanned the whole input for every job: "Rows Removed by Join Filter:
+    -- 9900" for 100 jobs.)
+    -- jsonb_object() is strict: no p_lease_sequences, no v_fences.
+    v_worker_ids := jsonb_object(p_run_ids, p_worker_ids);
+    v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
+
     -- job_mark_dispatched's UPDATE for every job at once, and its race rule:
     -- under READ COMMITTED a concurrent job_cancel either committed before this
-    -- UPDATE took the row lock (the re-checked row then says cancelled) or
-    -- waits for it and then sees the job dispatched. The jobs the UPDATE does
-    -- not record are read as they stood when the statement began, each through
-    -- the primary key. The UPDATE reaches the given ids through the primary
-    -- key (= ANY; a join alone would let the planner scan the whole table).
-    RETURN QUERY
-    WITH input AS (
-        SELECT u.run_id, u.worker_id, u.lease_sequence, u.ord
-          FROM unnest(p_run_ids, p_worker_ids, p_lease_sequences)
-               WITH ORDINALITY AS u(run_id, worker_id, lease_sequence, ord)
-    ), marked AS (
+    -- UPDATE took the row lock (the re-checked row then says cancelled, and
+    -- RETURNING reports that row's flag) or waits for it and then sees the job
+    -- dispatched. The rows are reached through the primary key (= ANY). A job
+    -- without a fence (no array, or a NULL element) compares lease_sequence,
+    -- which is NOT NULL, with itself.
+    WITH marked AS (
         UPDATE jobs j
            SET dispatched = true,
-               worker_id = i.worker_id,
+               worker_id = v_worker_ids ->> j.run_id,
                finished_at = coalesce(j.finished_at, now_ms())
-          FROM input i
          WHERE j.run_id = ANY (p_run_ids)
-           AND j.run_id = i.run_id
            AND j.lease_holder = p_holder
-           AND (i.lease_sequence IS NULL OR j.lease_sequence = i.lease_sequence)
+           AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
         RETURNING j.run_id, j.cancelled)
-    SELECT i.run_id,
-           coalesce(m.cancelled,
-                    (SELECT s.cancelled FROM jobs s WHERE s.run_id = i.run_id),
+    SELECT jsonb_object(array_agg(m.run_id), array_agg(m.cancelled::text))
+      INTO v_marked  -- NULL when nothing was recorded
+      FROM marked m;
+
+    -- One row per job, in the order given. A recorded job answers the flag its
+    -- UPDATE returned. The others (another holder or lease took the job, or it
+    -- is gone) answer the stored flag, read as job_mark_dispatched reads it: by
+    -- a statement of its own after the UPDATE (under READ COMMITTED, as
+    -- committed by then), through the primary key; false for a missing job.
+    RETURN QUERY
+    SELECT u.run_id,
+           coalesce((v_marked ->> u.run_id)::boolean,
+                    (SELECT s.cancelled FROM jobs s WHERE s.run_id = u.run_id),
                     false),
-           m.run_id IS NOT NULL
-      FROM input i
-      LEFT JOIN marked m ON m.run_id = i.run_id
-     ORDER BY i.ord;
+           (v_marked ->> u.run_id) IS NOT NULL
+      FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
+     ORDER BY u.ord;
 END
 $$;
 
@@ -250,8 +277,10 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now   bigint;
-    v_until bigint;
+    v_now     bigint;
+    v_until   bigint;
+    v_fences  jsonb;  -- run_id -> lease_sequence; NULL when no array is given
+    v_renewed jsonb;  -- run_id -> true, for the leases the UPDATE extended
 BEGIN
     PERFORM check_primary();
     PERFORM check_run_ids(p_run_ids);
@@ -261,25 +290,28 @@ BEGIN
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    RETURN QUERY
-    WITH input AS (
-        SELECT u.run_id, u.lease_sequence, u.ord
-          FROM unnest(p_run_ids, p_lease_sequences)
-               WITH ORDINALITY AS u(run_id, lease_sequence, ord)
-    ), renewed AS (
+    -- As job_mark_dispatched_many: the fences looked up by run_id in a jsonb
+    -- object (a binary search), not joined, so the call's cost grows with the
+    -- batch, not with its square, in any plan; the rows reached through the
+    -- primary key.
+    v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
+
+    WITH renewed AS (
         UPDATE jobs j
            SET lease_until = v_until
-          FROM input i
-         WHERE j.run_id = ANY (p_run_ids)  -- through the primary key
-           AND j.run_id = i.run_id
+         WHERE j.run_id = ANY (p_run_ids)
            AND j.lease_holder = p_holder
            AND j.lease_until > v_now
-           AND (i.lease_sequence IS NULL OR j.lease_sequence = i.lease_sequence)
+           AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
         RETURNING j.run_id)
-    SELECT i.run_id, r.run_id IS NOT NULL
-      FROM input i
-      LEFT JOIN renewed r ON r.run_id = i.run_id
-     ORDER BY i.ord;
+    SELECT jsonb_object(array_agg(r.run_id), array_agg('true'::text))
+      INTO v_renewed  -- NULL when no lease was extended
+      FROM renewed r;
+
+    RETURN QUERY
+    SELECT u.run_id, (v_renewed ->> u.run_id) IS NOT NULL
+      FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
+     ORDER BY u.ord;
 END
 $$;
 

@@ -489,6 +489,82 @@ def test_upgrade_from_0011_adds_the_batch_calls_over_held_jobs_and_downgrade_bac
     assert current_revision(dsn, "mig12_upgraded") == "pgstore_0012"
 
 
+def test_upgrade_from_0012_replaces_the_batch_bodies_over_held_jobs_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0013 replaces the bodies of job_lease_many, job_mark_dispatched_many and
+    job_renew_many (same signatures) and changes no row: over jobs 0012 leased, marked
+    and cancelled, the functions keep their comments and grants, and the client role
+    leases, renews and marks in batches with the per-job rules; the downgrade keeps the
+    rows and leaves a catalog equal to 0012's, whose bodies answer as before."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig13_upgraded", "pgstore_0012")
+    migrate(dsn, "mig13_reference", "pgstore_0012")
+    client = f"mig13_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+    replaced = ("job_lease_many", "job_mark_dispatched_many", "job_renew_many")
+
+    def jobs(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute("SELECT * FROM mig13_upgraded.jobs ORDER BY run_id").fetchall()
+
+    def batch_functions(conn: psycopg.Connection[Any], schema: str) -> list[Any]:
+        """The replaced functions' catalog rows, their definitions left out."""
+        rows = catalog(conn, schema)["functions"]
+        return [(*row[:2], *row[3:]) for row in rows if row[0] in replaced]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig13_upgraded")
+        conn.execute("SELECT job_schedule_many(ARRAY['a-held', 'b', 'c', 'd', 'e'],"
+                     " ARRAY[0, 0, 0, 0, 0])")
+        leased = conn.execute(
+            "SELECT run_id, lease_sequence FROM job_lease_many('old', 10, 600000, 2)").fetchall()
+        assert leased == [("a-held", 1), ("b", 1)]
+        assert conn.execute("SELECT * FROM job_mark_dispatched_many(ARRAY['b'], 'old',"
+                            " ARRAY['bot-b'])").fetchall() == [("b", False, True)]
+        conn.execute("SELECT job_cancel('c')")
+        before = jobs(conn)
+
+    migrate(dsn, "mig13_upgraded", "pgstore_0013")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig13_upgraded")
+        assert jobs(conn) == before
+        assert batch_functions(conn, "mig13_upgraded") == batch_functions(conn, "mig13_reference")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        leased = conn.execute(
+            "SELECT run_id, lease_sequence FROM job_lease_many('new', 20, 600000, 10)").fetchall()
+        assert leased == [("d", 1), ("e", 1)]  # not the held a, dispatched b, cancelled c
+        renewed = conn.execute(
+            "SELECT * FROM job_renew_many(ARRAY['e', 'a-held', 'd', 'gone'], 'new', 30, 600000,"
+            " ARRAY[1, NULL, 2, NULL])").fetchall()
+        assert renewed == [("e", True), ("a-held", False), ("d", False), ("gone", False)]
+        assert conn.execute("SELECT job_cancel('d')").fetchone() == ("cancelled",)
+        marks = conn.execute(
+            "SELECT * FROM job_mark_dispatched_many(ARRAY['e', 'c', 'a-held', 'd', 'gone'], 'new',"
+            " ARRAY['bot-e', NULL, 'bot', 'bot-d', 'bot'], ARRAY[NULL, NULL, NULL, 1, NULL])"
+        ).fetchall()
+        assert marks == [("e", False, True), ("c", True, False), ("a-held", False, False),
+                         ("d", True, True), ("gone", False, False)]
+        assert conn.execute("SELECT * FROM job_mark_dispatched_many('{}', 'new', '{}')"
+                            ).fetchall() == []
+        assert conn.execute("SELECT * FROM job_renew_many('{}', 'new', 30, 1)").fetchall() == []
+        conn.execute("RESET ROLE")
+        after = jobs(conn)
+        assert [(r[0], r[5], r[4]) for r in after] == [  # run_id, dispatched, worker_id
+            ("a-held", False, None), ("b", True, "bot-b"), ("c", False, None),
+            ("d", True, "bot-d"), ("e", True, "bot-e")]
+
+    downgrade(dsn, "mig13_upgraded", "pgstore_0012")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig13_upgraded") == catalog(conn, "mig13_reference")
+        assert conn.execute("SELECT mig13_upgraded.schema_revision()").fetchone() == (
+            "pgstore_0012",)
+        assert jobs(conn) == after
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        assert conn.execute("SELECT * FROM mig13_upgraded.job_renew_many(ARRAY['e', 'd'], 'new',"
+                            " 40, 600000)").fetchall() == [("e", True), ("d", True)]
+    migrate(dsn, "mig13_upgraded", "pgstore_0013")
+    assert current_revision(dsn, "mig13_upgraded") == "pgstore_0013"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,6 +229,106 @@ def test_batch_calls_lease_mark_and_renew_many_jobs_in_one_statement(
         ("c", True)]
     assert db.execute("SELECT * FROM job_renew_many(ARRAY['c'], 'h1', 10600, 5000)").fetchall() == [
         ("c", False)]
+
+
+# The kinds of job in the 1000-job batches below, as (lease_holder, lease_until, cancelled,
+# fence, in the table): the fence is what the call passes for the job, "ok" its own
+# lease_sequence, "stale" another one, None no fence. BATCH_NOW is the renew's p_now.
+BATCH_NOW = 1_000_000
+BATCH_KINDS: dict[str, tuple[str | None, int | None, bool, str | None, bool]] = {
+    "mine": ("h", BATCH_NOW + 1, False, "ok", True),
+    "mine_unfenced": ("h", BATCH_NOW + 1, False, None, True),
+    "mine_cancelled": ("h", BATCH_NOW + 1, True, "ok", True),
+    "mine_expired": ("h", BATCH_NOW, False, "ok", True),  # lease_until = now: expired
+    "fenced_out": ("h", BATCH_NOW + 1, False, "stale", True),
+    "fenced_out_cancelled": ("h", BATCH_NOW + 1, True, "stale", True),
+    "other": ("other", BATCH_NOW + 1, False, None, True),
+    "other_cancelled": ("other", BATCH_NOW + 1, True, "ok", True),
+    "never_leased": (None, None, False, None, True),
+    "missing": (None, None, False, None, False),
+}
+
+
+def _batch_run_id(i: int) -> str:
+    """Run ids of many lengths and bytes, so the lookups by key see every kind of order
+    (jsonb sorts an object's keys by length, then bytes)."""
+    shapes = [f"run-{i}", f"réunion-{i}", f"{i}", f'q"uote\\{i}', f"{i:0>300}", f"🤖 {i}",
+              f"{i} trailing ", "x" * (900 + i % 24)]
+    return shapes[i % len(shapes)] + ("" if i % len(shapes) != 7 else f"-{i}")
+
+
+@pytest.mark.parametrize("plan_cache_mode", ["auto", "force_generic_plan"])
+def test_batch_mark_and_renew_of_1000_jobs_answer_each_job_in_order_in_the_cached_plan(
+    db: psycopg.Connection[Any], plan_cache_mode: str,
+) -> None:
+    """job_renew_many and job_mark_dispatched_many over 1000 jobs of every kind, given in
+    a shuffled order, in a session that has called them more than five times already, so
+    plpgsql runs its cached (generic) plans: each job gets its own rule's answer, in the
+    order given, and only the jobs recorded or renewed change."""
+    rng = random.Random(13)
+    kinds = list(BATCH_KINDS)
+    jobs = [(_batch_run_id(i), kinds[i % len(kinds)], 10 + i) for i in range(1000)]
+    rng.shuffle(jobs)
+    stored = [(r, k, seq) for r, k, seq in jobs if BATCH_KINDS[k][4]]
+    db.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, lease_holder, lease_until, cancelled,"
+        " finished_at, lease_sequence)"
+        " SELECT r, 0, h, u, c, CASE WHEN c THEN 7 END, s"
+        " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::boolean[], %s::bigint[])"
+        " AS x(r, h, u, c, s)",
+        ([r for r, _, _ in stored], [BATCH_KINDS[k][0] for _, k, _ in stored],
+         [BATCH_KINDS[k][1] for _, k, _ in stored], [BATCH_KINDS[k][2] for _, k, _ in stored],
+         [seq for _, _, seq in stored]))
+    db.execute("ANALYZE jobs")
+    db.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(plan_cache_mode)))
+    for call in range(6):  # past plpgsql's five custom plans; nothing of these is stored
+        warm = [f"warm-{call}-{i}" for i in range(call + 1)]
+        assert db.execute("SELECT * FROM job_renew_many(%s, 'h', %s, 10, %s)",
+                          (warm, BATCH_NOW, [1] * len(warm))).fetchall() == [
+            (r, False) for r in warm]
+        assert db.execute("SELECT * FROM job_mark_dispatched_many(%s, 'h', %s, %s)",
+                          (warm, warm, [1] * len(warm))).fetchall() == [
+            (r, False, False) for r in warm]
+    before = {row[0]: row for row in db.execute("SELECT * FROM jobs")}
+
+    def fence(kind: str, seq: int) -> int | None:
+        given = BATCH_KINDS[kind][3]
+        return None if given is None else seq if given == "ok" else seq + 1000
+
+    run_ids = [r for r, _, _ in jobs]
+    fences = [fence(k, seq) for _, k, seq in jobs]
+    # renew: the holder's unexpired lease, fenced or not.
+    renewed = db.execute("SELECT * FROM job_renew_many(%s, 'h', %s, 5000, %s)",
+                         (run_ids, BATCH_NOW, fences)).fetchall()
+    renewing = {"mine", "mine_unfenced", "mine_cancelled"}
+    assert renewed == [(r, k in renewing) for r, k, _ in jobs]
+    # mark: the holder's lease, expired or not; the cancel flag, recorded or not.
+    workers = [None if i % 5 == 0 else f"bot-{i}" for i in range(len(jobs))]
+    for _ in range(2):  # the same holder may mark again: the same answers
+        marks = db.execute("SELECT * FROM job_mark_dispatched_many(%s, 'h', %s, %s)",
+                           (run_ids, workers, fences)).fetchall()
+        recording = renewing | {"mine_expired"}
+        assert marks == [(r, BATCH_KINDS[k][2], k in recording) for r, k, _ in jobs]
+
+    after = {row[0]: row for row in db.execute("SELECT * FROM jobs")}
+    assert after.keys() == before.keys()
+    columns = [c.name for c in db.execute("SELECT * FROM jobs LIMIT 0").description or []]
+    for (run_id, kind, _), worker in zip(jobs, workers, strict=True):
+        if not BATCH_KINDS[kind][4]:
+            continue
+        old, new = dict(zip(columns, before[run_id], strict=True)), dict(zip(columns, after[run_id], strict=True))
+        changed = {c for c in columns if old[c] != new[c]}
+        if kind in renewing:
+            assert changed == {"lease_until", "dispatched", "worker_id", "finished_at"} - (
+                {"finished_at"} if BATCH_KINDS[kind][2] else set()) - (
+                set() if worker is not None else {"worker_id"}), (kind, changed)
+            assert (new["lease_until"], new["dispatched"], new["worker_id"]) == (
+                BATCH_NOW + 5000, True, worker)
+        elif kind == "mine_expired":
+            assert changed == {"dispatched", "worker_id", "finished_at"} - (
+                set() if worker is not None else {"worker_id"}), (kind, changed)
+        else:
+            assert changed == set(), (kind, changed)
 
 
 def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
