@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from pgstore.runtime.dispatcher import BATCH_SIZE
+
 OWN_SECTIONS = ["floors", "ops", "naive", "scale", "hot", "wakeup", "retention"]
 OPS = ["claim_due", "renew", "complete", "register_unchanged", "claim_next_100", "job_lease",
        "job_renew", "job_mark_dispatched", "job_cancel"]
@@ -168,7 +170,7 @@ def test_quick_bench_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
         for name in NODE_PEERS:
             assert peers["peers"][name]["version"], name
             assert peers["peers"][name]["node"], name
-    assert peers["peers"]["pgstore_batch"]["settings"]["batch_size"] == 100
+    assert peers["peers"]["pgstore_batch"]["settings"]["batch_size"] == BATCH_SIZE
     assert _check_ratios(doc) >= 6
     # The batched path's targets against every peer, each measured or said not to be.
     batch = {t["name"]: t for t in doc["targets"] if "pgstore_batch /" in t["name"]}

@@ -18,8 +18,8 @@ figures the same way for everyone. ``BURST_SYSTEMS`` names them; a peer added to
 benchmark adds its function there.
 
 * ``pgstore_batch``: W processes, each one ``Dispatcher`` on an
-  ``AsyncPgJobStore`` (``concurrency`` 500, ``batch_size`` 100): leases,
-  marks and renews in batches.
+  ``AsyncPgJobStore`` (``concurrency`` 1000, the default ``batch_size``, 500):
+  leases, marks and renews in batches.
 * ``pgstore_single``: Dispatchers as they were before the batch calls: one
   lease and one mark per job (``batch_size=1``), the default ``concurrency``
   (4).
@@ -27,7 +27,7 @@ benchmark adds its function there.
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), the jobs
   deferred with ``scheduled_at`` = T (the peers extra);
 * ``pgqueuer``: W processes running its own dequeue / log loop as in the peer loop
-  (``batch_size`` 100), the jobs enqueued by its ``enqueue`` and given
+  (``batch_size`` 500), the jobs enqueued by its ``enqueue`` and given
   ``execute_after`` = T; a job's finish is its ``successful`` log row's ``created``;
 * ``graphile-worker`` and ``pg-boss``: their node processes as in the peer loop
   (``node_peers.cjs``), connected before T, given their go line at T, the jobs' due
@@ -302,8 +302,12 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int, concurrency: int
 
 
 def burst_pgstore_batch(spec: BurstSpec) -> BurstResult:
-    """Dispatchers built for bursts: batches of up to 100, 500 dispatches at once."""
-    return _pgstore_burst(spec, "pgstore_batch", 100, 500)
+    """Dispatchers built for bursts: the default batches (up to ``BATCH_SIZE``), as many
+    dispatches at once as the peer loop's (``BATCH_CONCURRENCY``)."""
+    from pgstore.bench._peers import BATCH_CONCURRENCY
+    from pgstore.runtime.dispatcher import BATCH_SIZE
+
+    return _pgstore_burst(spec, "pgstore_batch", BATCH_SIZE, BATCH_CONCURRENCY)
 
 
 def burst_pgstore_single(spec: BurstSpec) -> BurstResult:

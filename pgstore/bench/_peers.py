@@ -11,9 +11,10 @@ in their own schemas, installed by their own code:
   ``prepare=False``; and, optionally, the same two functions straight from SQL
   (psycopg's default, which prepares a statement from its fifth run). One job
   per lease; ``pgstore_batch``, the batched path: one ``Dispatcher`` per worker process
-  on an ``AsyncPgJobStore`` (its default ``batch_size``, ``concurrency`` 500, as in the
-  burst), whose leases, marks and renews carry up to ``batch_size`` jobs a call; a job
-  counts as finished when its mark is committed (the dispatcher's ``Complete`` event);
+  on an ``AsyncPgJobStore`` (its default ``batch_size``, 500, ``concurrency`` 1000, as in
+  the burst), whose leases, marks and renews carry up to ``batch_size`` jobs a call; a
+  job is recorded by its provider call (no event subscriber) and the worker is done when
+  its Dispatcher is idle and the database holds no job left;
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -74,12 +75,13 @@ SYSTEMS = ("pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql", "pro
 #: The systems that run pgstore's own schema.
 OURS = ("pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql")
 #: ``pgstore_batch``'s Dispatcher: as many dispatches at once as the burst's.
-BATCH_CONCURRENCY = 500
+BATCH_CONCURRENCY = 1000
 PEERS = ("procrastinate", "pgqueuer", *NODE_SYSTEMS)
 EMPTY_RETRIES = 3
-#: pgqueuer's dequeue batch (its ``batch_size``), chosen by trying 1, 10 and 100 at W = 4
-#: (docs/performance.md); ``PGSTORE_BENCH_PGQUEUER_BATCH`` overrides it, to try others.
-PGQUEUER_BATCH = 100
+#: pgqueuer's dequeue batch (its ``batch_size``): 100 beat 10 and 1 at W = 4, and 500 beat
+#: 100 at W = 8 (9,465 against 7,077 jobs/s over 20,000 jobs; docs/performance.md);
+#: ``PGSTORE_BENCH_PGQUEUER_BATCH`` overrides it, to try others.
+PGQUEUER_BATCH = 500
 
 
 def pgqueuer_batch() -> int:
@@ -517,7 +519,7 @@ def peer_info(modules: Path | None) -> dict[str, dict[str, Any]]:
         "procrastinate": {"version": of("procrastinate"),
                           "settings": {"batch": 1, "note": "fetch_job takes one job"}},
         "pgqueuer": {"version": of("pgqueuer"),
-                     "settings": {"batch_size": pgqueuer_batch(), "tried": [1, 10, 100]}},
+                     "settings": {"batch_size": pgqueuer_batch(), "tried": [1, 10, 100, 500]}},
     }
     node = versions(modules) if modules is not None else {}
     for name in NODE_SYSTEMS:

@@ -119,7 +119,7 @@ MARK_RETRY_MAX = 2.0
 PURGE_INTERVAL = 3600.0
 PURGE_BATCH = 1000
 #: The most jobs one lease, mark or renew call carries unless ``batch_size`` says otherwise.
-BATCH_SIZE = 100
+BATCH_SIZE = 500
 #: How many mark (and, apart, renew) calls may be out at once; the rest wait and go
 #: together in the next. With ``batch_size=1`` this is what bounds the marks: four at a
 #: time, each one job, as the single-job path's runs did through a small pool.
@@ -168,7 +168,7 @@ class Dispatcher(Runtime):
     ``subscribe``). ``purge_after`` (a ``timedelta`` or ms; None, the default: never)
     turns retention on, ``purge_interval`` (seconds, default an hour) and
     ``purge_batch`` (jobs per call, default 1000) shape it; see the module's doc.
-    ``batch_size`` (default 100, at most 10000) caps the jobs one lease, mark or renew
+    ``batch_size`` (default 500, at most 10000) caps the jobs one lease, mark or renew
     call carries; ``concurrency`` caps the dispatches running at once (for a burst of
     ``async def`` provider calls, hundreds).
     """
