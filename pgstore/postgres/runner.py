@@ -89,9 +89,32 @@ def translated_errors(schema: str) -> Iterator[None]:
         ) from exc
 
 
+#: Column names by their bytes in a result: a store meets only a handful of lists.
+_COLUMNS: dict[tuple[bytes | None, ...], Columns] = {}
+_COLUMNS_MAX = 1024
+
+
 def column_names(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Columns:
-    """The names of the columns of the cursor's last result."""
-    return tuple(column.name for column in cur.description or ())
+    """The names of the columns of the cursor's last result.
+
+    Read from the result itself: ``cursor.description`` builds a ``Column`` (type
+    lookups included) per column at every access, 18 µs for a job's 13 columns. The
+    same names give the same tuple back, so the row pickers' cache finds it at once.
+    Our column names are ASCII, the same bytes in every client encoding; a name in
+    another alphabet is decoded with the connection's encoding, the first time seen.
+    """
+    res = cur.pgresult
+    if res is None:
+        return ()
+    fname = res.fname
+    names = tuple([fname(i) for i in range(res.nfields)])
+    found = _COLUMNS.get(names)
+    if found is None:
+        encoding = cur.connection.info.encoding
+        found = tuple((name or b"").decode(encoding, "replace") for name in names)
+        if len(_COLUMNS) < _COLUMNS_MAX:
+            _COLUMNS[names] = found
+    return found
 
 
 def _pool_conninfo(conninfo: object, kwargs: object) -> str:
