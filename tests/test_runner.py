@@ -21,8 +21,10 @@ from pgstore import (
     InvalidArgument,
     PgJobStore,
     ReadOnlyServer,
+    RetryResult,
     SchemaNotReady,
 )
+from pgstore.postgres import rows as _rows
 from pgstore.postgres import runner
 from pgstore.postgres.preparing import probe
 from pgstore.postgres.runner import column_names
@@ -293,3 +295,23 @@ def test_threads_share_a_store_on_one_connection(
             t.join(60)
         assert errors == []
         assert len(store.list_jobs().jobs) == 200
+
+
+def test_the_positional_decoders_need_no_column_names() -> None:
+    """The runner passes no names to ``BY_POSITION``'s decoders: each reads its rows'
+    only column by position; an answer the enums do not know raises as before."""
+    assert _rows.boolean([(True,)], ()) is True
+    assert _rows.integer_value([(7,)], ()) == 7
+    assert _rows.text_value([("pgstore_0012",)], ()) == "pgstore_0012"
+    _rows.nothing([(None,)], ())
+    for member in CancelResult:
+        assert _rows.cancel_result([(member.value,)], ()) is member
+    for retried in RetryResult:
+        assert _rows.retry_result([(retried.value,)], ()) is retried
+    with pytest.raises(ValueError):
+        _rows.cancel_result([("maybe",)], ())
+    with pytest.raises(ValueError):
+        _rows.retry_result([("maybe",)], ())
+    by_name = {_rows.optional_job, _rows.mark_result, _rows.optional_claim_result,
+               _rows.jobs, _rows.job_page, _rows.mark_results, _rows.renewed}
+    assert not by_name & _rows.BY_POSITION

@@ -30,6 +30,7 @@ from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
 from pgstore.postgres.call import Call, Columns, Function, Row, statement
 from pgstore.postgres.preparing import probe, probe_async
+from pgstore.postgres.rows import BY_POSITION
 from pgstore.schema.objects import check_schema
 
 T = TypeVar("T")
@@ -105,8 +106,7 @@ def column_names(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Columns
     res = cur.pgresult
     if res is None:
         return ()
-    fname = res.fname
-    names = tuple([fname(i) for i in range(res.nfields)])
+    names = tuple(map(res.fname, range(res.nfields)))
     found = _COLUMNS.get(names)
     if found is None:
         encoding = cur.connection.info.encoding
@@ -273,7 +273,8 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
             prepare = self._prepares(conn)
         cur = conn.cursor(row_factory=tuple_row)
         cur.execute(self._query(call.function), call.args, prepare=prepare)
-        return cur.fetchall(), column_names(cur)
+        rows = cur.fetchall()
+        return rows, () if call.decode in BY_POSITION else column_names(cur)
 
     def _send_pooled(self, pool: ConnectionPool[Any], call: Call[Any]) -> tuple[list[Row], Columns]:
         """``_send`` on a connection of ``pool``, which commits when it takes it back.
@@ -353,7 +354,8 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
             prepare = await self._prepares(conn)
         cur = conn.cursor(row_factory=tuple_row)
         await cur.execute(self._query(call.function), call.args, prepare=prepare)
-        return await cur.fetchall(), column_names(cur)
+        rows = await cur.fetchall()
+        return rows, () if call.decode in BY_POSITION else column_names(cur)
 
     async def _send_pooled(
         self, pool: AsyncConnectionPool[Any], call: Call[Any]
