@@ -189,7 +189,7 @@ def test_sync_store_own_pool_survives_every_idle_connection_dying(
         barrier = threading.Barrier(8)
 
         def busy() -> None:  # eight borrowers at once: the pool grows to eight connections
-            with store._runner._connection():
+            with store._runner._pool.connection():  # type: ignore[union-attr]
                 barrier.wait(TIMEOUT)
 
         threads = [threading.Thread(target=busy) for _ in range(8)]

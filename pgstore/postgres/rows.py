@@ -82,7 +82,10 @@ def schedule_records(rows: Sequence[Row], columns: Columns) -> list[ScheduleReco
 
 
 def optional_claim_result(rows: Sequence[Row], columns: Columns) -> ClaimResult | None:
-    return claim_results(rows, columns)[0] if rows else None
+    if not rows:
+        return None
+    record = schedule_record(rows[0], columns)
+    return ClaimResult(record, record.fencing_token)
 
 
 def claim_results(rows: Sequence[Row], columns: Columns) -> list[ClaimResult]:
@@ -109,8 +112,8 @@ def job_page(rows: Sequence[Row], columns: Columns) -> JobPage:
 
 
 def mark_result(rows: Sequence[Row], columns: Columns) -> MarkResult:
-    result = _one(MarkResult, rows[0], columns)
-    return MarkResult(cancelled=bool(result.cancelled), recorded=bool(result.recorded))
+    cancelled, recorded = _picker(MarkResult, columns)(rows[0])
+    return MarkResult(bool(cancelled), bool(recorded))
 
 
 def mark_results(rows: Sequence[Row], columns: Columns) -> list[MarkResult]:
@@ -129,12 +132,20 @@ def store_stats(rows: Sequence[Row], columns: Columns) -> StoreStats:
     return _one(StoreStats, rows[0], columns)
 
 
+#: The enums' members by value (calling the enum looks its value up in Python code); an
+#: answer not among them still raises as the enum's call does.
+_CANCEL_RESULTS = {str(m.value): m for m in CancelResult}
+_RETRY_RESULTS = {str(m.value): m for m in RetryResult}
+
+
 def cancel_result(rows: Sequence[Row], columns: Columns) -> CancelResult:
-    return CancelResult(rows[0][0])
+    answer = rows[0][0]
+    return _CANCEL_RESULTS.get(answer) or CancelResult(answer)
 
 
 def retry_result(rows: Sequence[Row], columns: Columns) -> RetryResult:
-    return RetryResult(rows[0][0])
+    answer = rows[0][0]
+    return _RETRY_RESULTS.get(answer) or RetryResult(answer)
 
 
 def integer_value(rows: Sequence[Row], columns: Columns) -> int:
@@ -151,3 +162,10 @@ def text_value(rows: Sequence[Row], columns: Columns) -> str:
 
 def nothing(rows: Sequence[Row], columns: Columns) -> None:
     return None
+
+
+#: The decoders that read a function's only column by position (a scalar answer): the
+#: runner does not read the column names of their rows (it passes none).
+BY_POSITION: frozenset[Callable[[Sequence[Row], Columns], object]] = frozenset(
+    {cancel_result, retry_result, integer_value, boolean, text_value, nothing}
+)

@@ -16,8 +16,7 @@ import asyncio
 import select
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import suppress
 from typing import Any, Generic, TypeVar, Union
 
 import psycopg
@@ -28,9 +27,10 @@ from psycopg_pool.pool import AddConnection, MaintenanceTask
 from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
 from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
-from pgstore.errors import InvalidArgument, ReadOnlyServer, SchemaNotReady
-from pgstore.postgres.call import Call, Columns, statement
+from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
+from pgstore.postgres.call import Call, Columns, Function, Row, statement
 from pgstore.postgres.preparing import probe, probe_async
+from pgstore.postgres.rows import BY_POSITION
 from pgstore.schema.objects import check_schema
 
 T = TypeVar("T")
@@ -72,26 +72,48 @@ class _AsyncOwnedPool(AsyncConnectionPool[Any]):
         await super().schedule_task(task, delay)
 
 
-@contextmanager
-def translated_errors(schema: str) -> Iterator[None]:
-    """Turn the server's answers to bad calls into pgstore's exceptions."""
-    try:
-        yield
-    except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange) as exc:
+def translated(exc: psycopg.Error, schema: str) -> PgStoreError | None:
+    """pgstore's exception for the server's answer ``exc`` to a bad call; None: ``exc`` is
+    raised as it is."""
+    if isinstance(exc, (psycopg.errors.InvalidParameterValue,
+                        psycopg.errors.NumericValueOutOfRange)):
         message = exc.diag.message_primary or str(exc)
-        raise InvalidArgument(message, sqlstate=exc.sqlstate or "22023") from exc
-    except psycopg.errors.ReadOnlySqlTransaction as exc:
-        raise ReadOnlyServer(exc.diag.message_primary or str(exc)) from exc
-    except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as exc:
-        raise SchemaNotReady(
+        return InvalidArgument(message, sqlstate=exc.sqlstate or "22023")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return ReadOnlyServer(exc.diag.message_primary or str(exc))
+    if isinstance(exc, (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)):
+        return SchemaNotReady(
             f"schema {schema!r} has no pgstore functions at this revision "
             f"({exc.diag.message_primary}): run `pgstore migrate --dsn DSN --schema {schema}`"
-        ) from exc
+        )
+    return None
+
+
+#: Column names by their bytes in a result: a store meets only a handful of lists.
+_COLUMNS: dict[tuple[bytes | None, ...], Columns] = {}
+_COLUMNS_MAX = 1024
 
 
 def column_names(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Columns:
-    """The names of the columns of the cursor's last result."""
-    return tuple(column.name for column in cur.description or ())
+    """The names of the columns of the cursor's last result.
+
+    Read from the result itself: ``cursor.description`` builds a ``Column`` (type
+    lookups included) per column at every access, 18 µs for a job's 13 columns. The
+    same names give the same tuple back, so the row pickers' cache finds it at once.
+    Our column names are ASCII, the same bytes in every client encoding; a name in
+    another alphabet is decoded with the connection's encoding, the first time seen.
+    """
+    res = cur.pgresult
+    if res is None:
+        return ()
+    names = tuple(map(res.fname, range(res.nfields)))
+    found = _COLUMNS.get(names)
+    if found is None:
+        encoding = cur.connection.info.encoding
+        found = tuple((name or b"").decode(encoding, "replace") for name in names)
+        if len(_COLUMNS) < _COLUMNS_MAX:
+            _COLUMNS[names] = found
+    return found
 
 
 def _pool_conninfo(conninfo: object, kwargs: object) -> str:
@@ -163,6 +185,12 @@ class _Runner(Generic[ConnT, PoolT]):
         # (a query prepared at its 5th run), breaking behind transaction pooling.
         self.prepare = prepare
         self._verdicts: weakref.WeakKeyDictionary[ConnT, bool] = weakref.WeakKeyDictionary()
+        # What a call on the store's own connection sends as ``prepare``: ``prepare``, or
+        # that connection's verdict once known (None: not asked yet, or to ask again).
+        self._conn_prepare: bool | None = prepare
+        # The statements of this store's schema, by the identity of their Function (the
+        # value holds the Function, so its id is not reused while it is here).
+        self._queries: dict[int, tuple[Function, str]] = {}
         self._conn: ConnT | None = None
         self._pool: PoolT | None = None
         self._owns_pool = False
@@ -186,6 +214,22 @@ class _Runner(Generic[ConnT, PoolT]):
                 f"or a {pool_type.__name__}"
             )
 
+    def _query(self, function: Function) -> str:
+        """``statement(self.schema, function)``, looked up by identity: the lru_cache
+        hashes the dataclass (a Python ``__hash__``) at every call."""
+        found = self._queries.get(id(function))
+        if found is not None:
+            return found[1]
+        query = statement(self.schema, function)
+        self._queries[id(function)] = (function, query)
+        return query
+
+    def _known(self, conn: ConnT, verdict: bool) -> None:
+        """Keep ``conn``'s verdict for as long as it lives."""
+        self._verdicts[conn] = verdict
+        if conn is self._conn:
+            self._conn_prepare = verdict
+
     def conninfo(self) -> str:
         """A conninfo string reaching the same database (for migrations)."""
         if self._pool is not None:
@@ -201,28 +245,12 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
         super().__init__(source, schema, psycopg.Connection, ConnectionPool, _OwnedPool, prepare)
         self._lock = threading.Lock()
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        if self._conn is not None:
-            yield self._conn
-            return
-        assert self._pool is not None
-        if self._owns_pool and not self._opened:
-            with self._lock:
-                if not self._opened:
-                    self._pool.open()
-                    self._opened = True
-        # A connection whose server went away while it sat idle in the pool (backend
-        # terminated, server restarted) is handed back, and the pool replaces it: the
-        # call runs on a live one. psycopg_pool's own ``check=`` would cost a round trip
-        # per call, and sleeps 1 s, 2 s, 4 s... between consecutive dead connections.
-        attempts = self._pool.max_size + 1
-        for attempt in range(attempts):
-            with self._pool.connection() as conn:
-                if attempt + 1 < attempts and _dead(conn):
-                    continue
-                yield conn
-                return
+    def _open(self, pool: ConnectionPool[Any]) -> None:
+        """Open the pool the store owns, at its first call."""
+        with self._lock:
+            if not self._opened:
+                pool.open()
+                self._opened = True
 
     def _prepares(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether calls on ``conn`` are sent prepared: ``prepare``, or the connection's
@@ -235,19 +263,48 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
         verdict = probe(conn)
         if verdict is None:
             return False
-        self._verdicts[conn] = verdict
+        self._known(conn, verdict)
         return verdict
 
+    def _send(self, conn: psycopg.Connection[Any], call: Call[Any]) -> tuple[list[Row], Columns]:
+        """Send ``call`` on ``conn``: its rows and their column names."""
+        prepare = self._conn_prepare if conn is self._conn else None
+        if prepare is None:
+            prepare = self._prepares(conn)
+        cur = conn.cursor(row_factory=tuple_row)
+        cur.execute(self._query(call.function), call.args, prepare=prepare)
+        rows = cur.fetchall()
+        return rows, () if call.decode in BY_POSITION else column_names(cur)
+
+    def _send_pooled(self, pool: ConnectionPool[Any], call: Call[Any]) -> tuple[list[Row], Columns]:
+        """``_send`` on a connection of ``pool``, which commits when it takes it back.
+
+        A connection whose server went away while it sat idle in the pool (backend
+        terminated, server restarted) is handed back, and the pool replaces it: the call
+        runs on a live one. psycopg_pool's own ``check=`` would cost a round trip per
+        call, and sleeps 1 s, 2 s, 4 s... between consecutive dead connections."""
+        if not self._opened and self._owns_pool:
+            self._open(pool)
+        attempts = pool.max_size + 1
+        for attempt in range(attempts):
+            with pool.connection() as conn:
+                if attempt + 1 < attempts and _dead(conn):
+                    continue
+                return self._send(conn, call)
+        raise AssertionError("unreachable: the last attempt is not checked")
+
     def run(self, call: Call[T]) -> T:
-        query = statement(self.schema, call.function)
-        with (
-            translated_errors(self.schema),
-            self._connection() as conn,
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            cur.execute(query, call.args, prepare=self._prepares(conn))
-            rows = cur.fetchall()
-            columns = column_names(cur)
+        try:
+            if self._conn is not None:  # used as it is: in the caller's transaction, if any
+                rows, columns = self._send(self._conn, call)
+            else:
+                assert self._pool is not None
+                rows, columns = self._send_pooled(self._pool, call)
+        except psycopg.Error as exc:
+            error = translated(exc, self.schema)
+            if error is None:
+                raise
+            raise error from exc
         return call.decode(rows, columns)
 
     def close(self) -> None:
@@ -266,26 +323,14 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
         )
         self._lock: asyncio.Lock | None = None
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if self._conn is not None:
-            yield self._conn
-            return
-        assert self._pool is not None
-        if self._owns_pool and not self._opened:
-            if self._lock is None:
-                self._lock = asyncio.Lock()
-            async with self._lock:
-                if not self._opened:
-                    await self._pool.open()
-                    self._opened = True
-        attempts = self._pool.max_size + 1  # see SyncRunner._connection
-        for attempt in range(attempts):
-            async with self._pool.connection() as conn:
-                if attempt + 1 < attempts and await _dead_async(conn):
-                    continue
-                yield conn
-                return
+    async def _open(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Open the pool the store owns, at its first call."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self._opened:
+                await pool.open()
+                self._opened = True
 
     async def _prepares(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """See ``SyncRunner._prepares``."""
@@ -297,17 +342,47 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
         verdict = await probe_async(conn)
         if verdict is None:
             return False
-        self._verdicts[conn] = verdict
+        self._known(conn, verdict)
         return verdict
 
+    async def _send(
+        self, conn: psycopg.AsyncConnection[Any], call: Call[Any]
+    ) -> tuple[list[Row], Columns]:
+        """See ``SyncRunner._send``."""
+        prepare = self._conn_prepare if conn is self._conn else None
+        if prepare is None:
+            prepare = await self._prepares(conn)
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(self._query(call.function), call.args, prepare=prepare)
+        rows = await cur.fetchall()
+        return rows, () if call.decode in BY_POSITION else column_names(cur)
+
+    async def _send_pooled(
+        self, pool: AsyncConnectionPool[Any], call: Call[Any]
+    ) -> tuple[list[Row], Columns]:
+        """See ``SyncRunner._send_pooled``."""
+        if not self._opened and self._owns_pool:
+            await self._open(pool)
+        attempts = pool.max_size + 1
+        for attempt in range(attempts):
+            async with pool.connection() as conn:
+                if attempt + 1 < attempts and await _dead_async(conn):
+                    continue
+                return await self._send(conn, call)
+        raise AssertionError("unreachable: the last attempt is not checked")
+
     async def run(self, call: Call[T]) -> T:
-        query = statement(self.schema, call.function)
-        with translated_errors(self.schema):
-            async with self._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                prepare = await self._prepares(conn)
-                await cur.execute(query, call.args, prepare=prepare)
-                rows = await cur.fetchall()
-                columns = column_names(cur)
+        try:
+            if self._conn is not None:
+                rows, columns = await self._send(self._conn, call)
+            else:
+                assert self._pool is not None
+                rows, columns = await self._send_pooled(self._pool, call)
+        except psycopg.Error as exc:
+            error = translated(exc, self.schema)
+            if error is None:
+                raise
+            raise error from exc
         return call.decode(rows, columns)
 
     async def close(self) -> None:
