@@ -22,7 +22,7 @@ PEER_BOUNDS: dict[str, tuple[tuple[str, float], ...]] = {
     "pgstore_batch": (("procrastinate", 3.0), ("pgqueuer", 5.0), ("graphile-worker", 1.0),
                       ("pg-boss", 1.0)),
 }
-PEER_NOTES = {"pgqueuer": "pgqueuer at its best batch size (100 of 1, 10, 100 at W=4)",
+PEER_NOTES = {"pgqueuer": "pgqueuer at its best batch size (500 of 1, 10, 100, 500)",
               "graphile-worker": "graphile-worker with its batching on"}
 
 
