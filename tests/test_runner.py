@@ -4,6 +4,7 @@ and how it is sent on each kind of source."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any
@@ -19,11 +20,16 @@ from pgstore import (
     AsyncPgJobStore,
     CancelResult,
     InvalidArgument,
+    Job,
+    MarkResult,
     PgJobStore,
     ReadOnlyServer,
     RetryResult,
+    ScheduleRecord,
     SchemaNotReady,
+    StoreStats,
 )
+from pgstore.errors import PgStoreError
 from pgstore.postgres import job_calls, runner
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Function
@@ -386,3 +392,75 @@ def test_tasks_share_an_async_store_on_one_connection(
             assert len((await store.list_jobs()).jobs) == 80
 
     asyncio.run(main())
+
+
+# --- rows into dataclasses ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [ScheduleRecord, Job, StoreStats, MarkResult])
+def test_rows_become_the_same_dataclasses_as_their_constructor_builds(cls: type[Any]) -> None:
+    """The models are built by setting their slots (what their generated ``__init__``
+    does, without ``object.__setattr__``'s lookups): equal to what the constructor
+    builds, still frozen; columns are picked by name, in any order, extras ignored."""
+    assert _rows._slot_setters(cls) is not None
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = [f"v{i}" if i % 2 else i for i in range(len(names))]
+    columns = ("extra", *reversed(names))
+    row = ("ignored", *reversed(values))
+    made = _rows._one(cls, row, columns)
+    expected = cls(*values)
+    assert type(made) is cls
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert dataclasses.astuple(made) == tuple(values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.__setattr__(names[0], "changed")
+    assert _rows._all(cls, [row, row], columns) == [expected, expected]
+    with pytest.raises(PgStoreError, match=f"no column {names[0]} for {cls.__name__}"):
+        _rows._one(cls, row[:-1], columns[:-1])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    a: int
+    b: str
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a < 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unslotted:
+    a: int
+    b: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _OwnInit:
+    a: int
+    b: str
+
+    def __init__(self, a: int, b: str) -> None:
+        object.__setattr__(self, "a", a * 2)
+        object.__setattr__(self, "b", b)
+
+
+@pytest.mark.parametrize("cls", [_Checked, _Unslotted, _OwnInit])
+def test_a_dataclass_with_more_to_its_construction_is_built_by_its_constructor(
+    cls: type[Any],
+) -> None:
+    """A ``__post_init__``, no slots, or an ``__init__`` of its own: the constructor."""
+    assert _rows._slot_setters(cls) is None
+    assert _rows._one(cls, ("x", 3), ("b", "a")) == cls(3, "x")
+    if cls is _Checked:
+        with pytest.raises(ValueError, match="a < 0"):
+            _rows._one(cls, ("x", -1), ("b", "a"))
+
+
+def test_mark_result_reads_a_null_as_false() -> None:
+    assert _rows.mark_result([(None, True)], ("cancelled", "recorded")) == MarkResult(
+        cancelled=False, recorded=True
+    )
+    assert _rows.mark_result([(True, False)], ("recorded", "cancelled")) == MarkResult(
+        cancelled=False, recorded=True
+    )
