@@ -192,7 +192,15 @@ class _Statement:
 
 
 class _Runner(Generic[ConnT, PoolT]):
-    """What both runners share: sorting out the source, and its conninfo."""
+    """What both runners share: sorting out the source, its conninfo, the statements
+    (with the idle cursors of the store's own connection) and the prepare verdicts.
+
+    A call on the store's own connection goes straight to it (``_send_own``): no
+    context manager, the verdict kept on the runner, a cursor reused; a pooled call
+    borrows a live connection (``_send_pooled``) and gets a new cursor. Both run in
+    one ``try`` that turns the server's answers to bad calls into pgstore's
+    exceptions (``translated``), and decode once the connection is given back.
+    """
 
     def __init__(
         self,
