@@ -4,6 +4,7 @@ and how it is sent on each kind of source."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any
@@ -19,13 +20,19 @@ from pgstore import (
     AsyncPgJobStore,
     CancelResult,
     InvalidArgument,
+    Job,
+    MarkResult,
     PgJobStore,
     ReadOnlyServer,
     RetryResult,
+    ScheduleRecord,
     SchemaNotReady,
+    StoreStats,
 )
+from pgstore.errors import PgStoreError
+from pgstore.postgres import job_calls, runner
 from pgstore.postgres import rows as _rows
-from pgstore.postgres import runner
+from pgstore.postgres.call import Function
 from pgstore.postgres.preparing import probe
 from pgstore.postgres.runner import column_names
 
@@ -315,3 +322,145 @@ def test_the_positional_decoders_need_no_column_names() -> None:
     by_name = {_rows.optional_job, _rows.mark_result, _rows.optional_claim_result,
                _rows.jobs, _rows.job_page, _rows.mark_results, _rows.renewed}
     assert not by_name & _rows.BY_POSITION
+
+
+# --- cursors of the store's own connection ------------------------------------------------
+
+
+def _idle_cursors(store: PgJobStore | AsyncPgJobStore, function: Function) -> int:
+    found = store._runner._statements.get(id(function))
+    return 0 if found is None else len(found.cursors)
+
+
+def test_a_store_reuses_its_connections_cursors(
+    pgstore_database: str, pgstore_schema: str
+) -> None:
+    """On its own connection a store runs each statement again on the cursor that last
+    ran it; a call that failed drops its cursor, and so does one that read more rows
+    than ``KEEP_CURSOR_ROWS``; a closed connection fails every call as psycopg says."""
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        store = PgJobStore(conn, schema=pgstore_schema)
+        for i in range(3):
+            store.schedule(f"c{i}", i)
+            assert store.get(f"c{i}") is not None
+        assert _idle_cursors(store, job_calls.SCHEDULE) == 1
+        assert _idle_cursors(store, job_calls.GET) == 1
+        cursor = store._runner._statements[id(job_calls.GET)].cursors[0]
+        assert store.get("c0") is not None
+        assert store._runner._statements[id(job_calls.GET)].cursors == [cursor]
+
+        with pytest.raises(InvalidArgument):
+            store.lease("", None, 1_000)
+        assert _idle_cursors(store, job_calls.LEASE) == 0
+        assert store.lease("h", 10, 1_000) is not None
+        assert _idle_cursors(store, job_calls.LEASE) == 1
+
+        many = [f"m{i}" for i in range(runner.KEEP_CURSOR_ROWS + 1)]
+        store.schedule_many(many, [100] * len(many))
+        assert len(store.lease_many("h", 200, 1_000, len(many))) == len(many)
+        assert _idle_cursors(store, job_calls.LEASE_MANY) == 0
+        assert len(store.lease_many("h", 200, 1_000, 10)) == 2  # c1 and c2
+        assert _idle_cursors(store, job_calls.LEASE_MANY) == 1
+
+    with pytest.raises(psycopg.OperationalError, match="closed"):
+        store.get("c0")
+    with pytest.raises(psycopg.OperationalError, match="closed"):
+        store.schedule("new", 0)  # no idle cursor of its own yet: a new one, refused
+
+
+def test_tasks_share_an_async_store_on_one_connection(
+    pgstore_database: str, pgstore_schema: str
+) -> None:
+    """Tasks calling one asyncio store on one connection at once each read their own
+    answer (each takes a cursor of its own), and the cursors are kept for later."""
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(
+            pgstore_database, autocommit=True
+        ) as conn:
+            store = AsyncPgJobStore(conn, schema=pgstore_schema)
+
+            async def work(n: int) -> None:
+                for i in range(10):
+                    run_id = f"a{n}-{i}"
+                    await store.schedule(run_id, n * 100 + i)
+                    job = await store.get(run_id)
+                    assert job is not None and job.dispatch_at == n * 100 + i
+
+            await asyncio.gather(*(work(n) for n in range(8)))
+            assert 1 <= _idle_cursors(store, job_calls.GET) <= 8
+            assert len((await store.list_jobs()).jobs) == 80
+
+    asyncio.run(main())
+
+
+# --- rows into dataclasses ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [ScheduleRecord, Job, StoreStats, MarkResult])
+def test_rows_become_the_same_dataclasses_as_their_constructor_builds(cls: type[Any]) -> None:
+    """The models are built by setting their slots (what their generated ``__init__``
+    does, without ``object.__setattr__``'s lookups): equal to what the constructor
+    builds, still frozen; columns are picked by name, in any order, extras ignored."""
+    assert _rows._slot_setters(cls) is not None
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = [f"v{i}" if i % 2 else i for i in range(len(names))]
+    columns = ("extra", *reversed(names))
+    row = ("ignored", *reversed(values))
+    made = _rows._one(cls, row, columns)
+    expected = cls(*values)
+    assert type(made) is cls
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert dataclasses.astuple(made) == tuple(values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.__setattr__(names[0], "changed")
+    assert _rows._all(cls, [row, row], columns) == [expected, expected]
+    with pytest.raises(PgStoreError, match=f"no column {names[0]} for {cls.__name__}"):
+        _rows._one(cls, row[:-1], columns[:-1])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    a: int
+    b: str
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a < 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unslotted:
+    a: int
+    b: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _OwnInit:
+    a: int
+    b: str
+
+    def __init__(self, a: int, b: str) -> None:
+        object.__setattr__(self, "a", a * 2)
+        object.__setattr__(self, "b", b)
+
+
+@pytest.mark.parametrize("cls", [_Checked, _Unslotted, _OwnInit])
+def test_a_dataclass_with_more_to_its_construction_is_built_by_its_constructor(
+    cls: type[Any],
+) -> None:
+    """A ``__post_init__``, no slots, or an ``__init__`` of its own: the constructor."""
+    assert _rows._slot_setters(cls) is None
+    assert _rows._one(cls, ("x", 3), ("b", "a")) == cls(3, "x")
+    if cls is _Checked:
+        with pytest.raises(ValueError, match="a < 0"):
+            _rows._one(cls, ("x", -1), ("b", "a"))
+
+
+def test_mark_result_reads_a_null_as_false() -> None:
+    assert _rows.mark_result([(None, True)], ("cancelled", "recorded")) == MarkResult(
+        cancelled=False, recorded=True
+    )
+    assert _rows.mark_result([(True, False)], ("recorded", "cancelled")) == MarkResult(
+        cancelled=False, recorded=True
+    )

@@ -165,8 +165,42 @@ async def _dead_async(conn: psycopg.AsyncConnection[Any]) -> bool:
     return conn.closed
 
 
+#: A cursor of the store's own connection goes back to its statement's free list after a
+#: call that read at most this many rows (a batch's large result is not kept alive).
+KEEP_CURSOR_ROWS = 100
+
+
+class _Statement:
+    """One of a store's statements: its text, and the idle cursors of the store's own
+    connection that last ran it.
+
+    Run again on the same cursor, the same query object keeps psycopg's Transformer,
+    with the dumpers and loaders it found (a new cursor builds its adapters and a
+    Transformer, then looks each parameter's dumper and each column's loader up:
+    18,000 instructions a call for the cursor alone). A call takes a cursor off the
+    list (``list.pop`` and ``append`` are atomic: threads or tasks sharing the store
+    never share a cursor) and puts it back once it has read the answer; a call that
+    failed drops its cursor.
+    """
+
+    __slots__ = ("cursors", "function", "query")
+
+    def __init__(self, function: Function, query: str) -> None:
+        self.function = function  # kept alive: its id() keys the runner's statements
+        self.query = query
+        self.cursors: list[Any] = []
+
+
 class _Runner(Generic[ConnT, PoolT]):
-    """What both runners share: sorting out the source, and its conninfo."""
+    """What both runners share: sorting out the source, its conninfo, the statements
+    (with the idle cursors of the store's own connection) and the prepare verdicts.
+
+    A call on the store's own connection goes straight to it (``_send_own``): no
+    context manager, the verdict kept on the runner, a cursor reused; a pooled call
+    borrows a live connection (``_send_pooled``) and gets a new cursor. Both run in
+    one ``try`` that turns the server's answers to bad calls into pgstore's
+    exceptions (``translated``), and decode once the connection is given back.
+    """
 
     def __init__(
         self,
@@ -188,9 +222,9 @@ class _Runner(Generic[ConnT, PoolT]):
         # What a call on the store's own connection sends as ``prepare``: ``prepare``, or
         # that connection's verdict once known (None: not asked yet, or to ask again).
         self._conn_prepare: bool | None = prepare
-        # The statements of this store's schema, by the identity of their Function (the
-        # value holds the Function, so its id is not reused while it is here).
-        self._queries: dict[int, tuple[Function, str]] = {}
+        # The statements of this store's schema, by the identity of their Function (each
+        # holds its Function, so that id is not reused while it is here).
+        self._statements: dict[int, _Statement] = {}
         self._conn: ConnT | None = None
         self._pool: PoolT | None = None
         self._owns_pool = False
@@ -214,15 +248,14 @@ class _Runner(Generic[ConnT, PoolT]):
                 f"or a {pool_type.__name__}"
             )
 
-    def _query(self, function: Function) -> str:
-        """``statement(self.schema, function)``, looked up by identity: the lru_cache
-        hashes the dataclass (a Python ``__hash__``) at every call."""
-        found = self._queries.get(id(function))
-        if found is not None:
-            return found[1]
-        query = statement(self.schema, function)
-        self._queries[id(function)] = (function, query)
-        return query
+    def _statement(self, function: Function) -> _Statement:
+        """``function``'s statement in this store's schema, looked up by identity (the
+        lru_cache of ``statement`` hashes the dataclass, a Python ``__hash__``)."""
+        found = self._statements.get(id(function))
+        if found is None:
+            found = _Statement(function, statement(self.schema, function))
+            self._statements[id(function)] = found
+        return found
 
     def _known(self, conn: ConnT, verdict: bool) -> None:
         """Keep ``conn``'s verdict for as long as it lives."""
@@ -266,13 +299,32 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
         self._known(conn, verdict)
         return verdict
 
-    def _send(self, conn: psycopg.Connection[Any], call: Call[Any]) -> tuple[list[Row], Columns]:
-        """Send ``call`` on ``conn``: its rows and their column names."""
-        prepare = self._conn_prepare if conn is self._conn else None
+    def _send_own(
+        self, conn: psycopg.Connection[Any], call: Call[Any]
+    ) -> tuple[list[Row], Columns]:
+        """Send ``call`` on the store's own connection, on an idle cursor of its statement
+        (see ``_Statement``): its rows and their column names."""
+        prepare = self._conn_prepare
         if prepare is None:
             prepare = self._prepares(conn)
+        st = self._statement(call.function)
+        cursors = st.cursors
+        try:
+            cur: psycopg.Cursor[Row] = cursors.pop()
+        except IndexError:
+            cur = conn.cursor(row_factory=tuple_row)
+        cur.execute(st.query, call.args, prepare=prepare)
+        rows = cur.fetchall()
+        columns = () if call.decode in BY_POSITION else column_names(cur)
+        if len(rows) <= KEEP_CURSOR_ROWS:
+            cursors.append(cur)
+        return rows, columns
+
+    def _send(self, conn: psycopg.Connection[Any], call: Call[Any]) -> tuple[list[Row], Columns]:
+        """Send ``call`` on ``conn``, a pooled connection: its rows and their column names."""
+        prepare = self._prepares(conn)
         cur = conn.cursor(row_factory=tuple_row)
-        cur.execute(self._query(call.function), call.args, prepare=prepare)
+        cur.execute(self._statement(call.function).query, call.args, prepare=prepare)
         rows = cur.fetchall()
         return rows, () if call.decode in BY_POSITION else column_names(cur)
 
@@ -296,7 +348,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
     def run(self, call: Call[T]) -> T:
         try:
             if self._conn is not None:  # used as it is: in the caller's transaction, if any
-                rows, columns = self._send(self._conn, call)
+                rows, columns = self._send_own(self._conn, call)
             else:
                 assert self._pool is not None
                 rows, columns = self._send_pooled(self._pool, call)
@@ -345,15 +397,33 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
         self._known(conn, verdict)
         return verdict
 
+    async def _send_own(
+        self, conn: psycopg.AsyncConnection[Any], call: Call[Any]
+    ) -> tuple[list[Row], Columns]:
+        """See ``SyncRunner._send_own``."""
+        prepare = self._conn_prepare
+        if prepare is None:
+            prepare = await self._prepares(conn)
+        st = self._statement(call.function)
+        cursors = st.cursors
+        try:
+            cur: psycopg.AsyncCursor[Row] = cursors.pop()
+        except IndexError:
+            cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(st.query, call.args, prepare=prepare)
+        rows = await cur.fetchall()
+        columns = () if call.decode in BY_POSITION else column_names(cur)
+        if len(rows) <= KEEP_CURSOR_ROWS:
+            cursors.append(cur)
+        return rows, columns
+
     async def _send(
         self, conn: psycopg.AsyncConnection[Any], call: Call[Any]
     ) -> tuple[list[Row], Columns]:
         """See ``SyncRunner._send``."""
-        prepare = self._conn_prepare if conn is self._conn else None
-        if prepare is None:
-            prepare = await self._prepares(conn)
+        prepare = await self._prepares(conn)
         cur = conn.cursor(row_factory=tuple_row)
-        await cur.execute(self._query(call.function), call.args, prepare=prepare)
+        await cur.execute(self._statement(call.function).query, call.args, prepare=prepare)
         rows = await cur.fetchall()
         return rows, () if call.decode in BY_POSITION else column_names(cur)
 
@@ -374,7 +444,7 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
     async def run(self, call: Call[T]) -> T:
         try:
             if self._conn is not None:
-                rows, columns = await self._send(self._conn, call)
+                rows, columns = await self._send_own(self._conn, call)
             else:
                 assert self._pool is not None
                 rows, columns = await self._send_pooled(self._pool, call)
