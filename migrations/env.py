@@ -94,7 +94,7 @@ def run_online() -> None:
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 (f"pgstore.migrate:{schema}",),
             )
-            raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            _schema.create(raw, schema)  # marked as pgstore's, for a downgrade to base
             context.run_migrations()
             if not context.get_context().get_current_heads():
                 # Downgraded to base: the version table was the last of ours.

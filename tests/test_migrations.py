@@ -87,6 +87,33 @@ def test_upgrade_downgrade_upgrade(pgstore_fresh_database: Callable[[], str]) ->
         assert store.register("t", "interval", "1", 0, 0).fencing_token == 0
 
 
+def test_a_downgrade_to_base_keeps_a_schema_the_migration_did_not_create(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """A store put into ``public`` (empty otherwise), or into a schema the DBA made, goes
+    at ``base`` and leaves the schema, empty, with its comment; a schema the migration
+    made is dropped with the store."""
+    dsn = pgstore_fresh_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA mine")
+        conn.execute("COMMENT ON SCHEMA mine IS 'the app''s own'")
+    for schema in ("public", "mine", "made"):
+        migrate(dsn, schema, client_role=False)
+        assert current_revision(dsn, schema) == pgstore.HEAD_REVISION
+        downgrade(dsn, schema, client_role=False)
+        assert current_revision(dsn, schema) is None
+    names = _namespaces(dsn)
+    assert {"public", "mine"} <= names and "made" not in names
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT obj_description('mine'::regnamespace, 'pg_namespace')"
+        ).fetchone() == ("the app's own",)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_class"
+            " WHERE relnamespace IN ('mine'::regnamespace, 'public'::regnamespace)"
+        ).fetchone() == (0,)
+
+
 def test_upgrade_from_0001_keeps_schedules_and_downgrade_back_to_it(
     pgstore_fresh_database: Callable[[], str],
 ) -> None:
