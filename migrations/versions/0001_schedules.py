@@ -16,6 +16,11 @@ down_revision = None
 branch_labels = ("pgstore",)
 depends_on = None
 
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = ("schedules", "schedule_fences")
+
 
 def upgrade() -> None:
     run_sql_beside(__file__, "0001_schedules.up.sql")
