@@ -9,7 +9,8 @@ Revises:
 
 from __future__ import annotations
 
-from pgstore.schema.alembic_steps import drop_schema_if_empty, run_sql_beside
+from pgstore.schema import marks
+from pgstore.schema.alembic_steps import drop_schema_if_empty, run_sql, run_sql_beside
 
 revision = "pgstore_0001"
 down_revision = None
@@ -28,4 +29,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     run_sql_beside(__file__, "0001_schedules.down.sql")
+    run_sql(marks.DROP)  # what later revisions' downgrades kept for the upgrade back
     drop_schema_if_empty()

@@ -9,6 +9,11 @@ standby (25006, naming the server as a standby). ``job_renew``,
 optional fence; calls without it behave as before. Existing jobs get
 ``lease_sequence = 0``.
 
+The downgrade keeps the highest lease sequence in ``downgrade_marks`` (when a job
+was ever leased), and the upgrade back lifts every job to at least it, so a round
+trip never hands out a lease sequence a worker may still hold
+(``pgstore.schema.marks``); without a mark the upgrade does what it always did.
+
 Frozen: runs the SQL files beside this file, as written when this revision
 was made. Changes to sql/ need a new revision.
 
@@ -18,7 +23,8 @@ Revises: pgstore_0006
 
 from __future__ import annotations
 
-from pgstore.schema.alembic_steps import run_sql_replacing_functions
+from pgstore.schema import marks
+from pgstore.schema.alembic_steps import run_sql, run_sql_replacing_functions
 from pgstore.schema.function import Function
 
 revision = "pgstore_0007"
@@ -49,9 +55,11 @@ def upgrade() -> None:
     run_sql_replacing_functions(
         __file__, "0007_failover_fencing.up.sql", list(zip(BEFORE, AFTER, strict=True))
     )
+    run_sql(marks.LIFT_LEASE_SEQUENCE)
 
 
 def downgrade() -> None:
+    run_sql(marks.KEEP_LEASE_SEQUENCE)
     run_sql_replacing_functions(
         __file__, "0007_failover_fencing.down.sql", list(zip(AFTER, BEFORE, strict=True))
     )
