@@ -14,6 +14,11 @@ themselves, and forgets their mark with them (``FORGET_LEASE_SEQUENCE``): a job 
 again after that starts from 1, as one made again after ``job_remove`` does. A
 downgrade to ``base`` drops the table with the store.
 
+A downgrade below ``pgstore_0003`` that keeps the client role because roles are members
+of it records the role's OID here too (``keep_client_role``): the proof, which only the
+store's owner can write, that lets the upgrade back adopt that role without being told
+(``take_client_role``; see ``client_role.ensure_role``).
+
 The table is trusted only when the migrating role owns it: one owned by anyone else
 (made in a schema where others may create tables, such as ``public`` before
 PostgreSQL 15) stops the migration with an error naming its owner. Both scripts are
@@ -23,7 +28,23 @@ prints them too.
 
 from __future__ import annotations
 
-__all__ = ["DROP", "FORGET_LEASE_SEQUENCE", "KEEP_LEASE_SEQUENCE", "LIFT_LEASE_SEQUENCE", "TABLE"]
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgstore.errors import InvalidArgument
+from pgstore.schema import objects as _schema
+
+__all__ = [
+    "DROP",
+    "FORGET_LEASE_SEQUENCE",
+    "KEEP_LEASE_SEQUENCE",
+    "LIFT_LEASE_SEQUENCE",
+    "TABLE",
+    "keep_client_role",
+    "take_client_role",
+]
 
 #: The table's name, in the store's schema.
 TABLE = "downgrade_marks"
@@ -46,27 +67,19 @@ _OWNED = """
     END IF;
 """
 
-#: Run by the downgrade of ``pgstore_0007`` before its script drops the column.
-KEEP_LEASE_SEQUENCE = (
-    """
-DO $keep$
-DECLARE
-    v_high bigint := (SELECT max(lease_sequence) FROM jobs);
-    v_grantee oid;
-BEGIN
-    IF v_high IS NULL OR v_high = 0 THEN
-        RETURN;  -- no job was ever leased: nothing can go backwards
-    END IF;
+_CREATE = """
     IF to_regclass(format('%I.downgrade_marks', current_schema())) IS NULL THEN
         CREATE TABLE downgrade_marks (
             mark text PRIMARY KEY,
             value bigint NOT NULL
         );
         COMMENT ON TABLE downgrade_marks IS
-            'Kept by a pgstore downgrade for the upgrade back (jobs.lease_sequence: the '
-            'highest lease sequence handed out; the upgrade that adds the column again '
-            'lifts every job to at least it). Owner-only; the upgrade deletes the marks '
-            'it uses and drops the table once empty.';
+            'Kept by a pgstore downgrade for the upgrade back: jobs.lease_sequence, the '
+            'highest lease sequence handed out (the upgrade that adds the column again '
+            'lifts every job to at least it); client_role, the OID of the client role a '
+            'downgrade below pgstore_0003 kept for its members (the upgrade adopts it). '
+            'Owner-only; the upgrade deletes the marks it uses and drops the table once '
+            'empty.';
         FOR v_grantee IN  -- default privileges may have granted something: take it back
             SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a
              WHERE c.oid = format('%I.downgrade_marks', current_schema())::regclass
@@ -78,6 +91,20 @@ BEGIN
         END LOOP;
     END IF;
 """
+
+#: Run by the downgrade of ``pgstore_0007`` before its script drops the column.
+KEEP_LEASE_SEQUENCE = (
+    """
+DO $keep$
+DECLARE
+    v_high bigint := (SELECT max(lease_sequence) FROM jobs);
+    v_grantee oid;
+BEGIN
+    IF v_high IS NULL OR v_high = 0 THEN
+        RETURN;  -- no job was ever leased: nothing can go backwards
+    END IF;
+"""
+    + _CREATE
     + _OWNED
     + """
     INSERT INTO downgrade_marks AS m (mark, value) VALUES ('jobs.lease_sequence', v_high)
@@ -146,3 +173,50 @@ END
 $forget$;
 """
 )
+
+
+def keep_client_role(conn: psycopg.Connection[Any], schema: str, role_oid: int) -> None:
+    """Record that a downgrade below ``pgstore_0003`` kept the client role ``role_oid``
+    of ``schema`` (creating the table if needed), in the caller's transaction."""
+    script = (
+        "DO $keep$\nDECLARE\n    v_grantee oid;\nBEGIN\n"
+        + _CREATE
+        + _OWNED
+        + f"""
+    INSERT INTO downgrade_marks AS m (mark, value) VALUES ('client_role', {int(role_oid)})
+        ON CONFLICT (mark) DO UPDATE SET value = excluded.value;
+END
+$keep$;
+"""
+    )
+    _schema.load(conn, schema, script)
+
+
+def take_client_role(conn: psycopg.Connection[Any], schema: str, role_oid: int) -> bool:
+    """Whether a downgrade of ``schema`` kept the client role ``role_oid`` (``keep_client_role``);
+    if so, delete the mark (and the table once empty). ``InvalidArgument`` when the table
+    is owned by another role than the current one."""
+    table = sql.Identifier(schema, TABLE)
+    row = conn.execute(
+        "SELECT c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user),"
+        "       pg_get_userbyid(c.relowner)"
+        "  FROM pg_class c WHERE c.oid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
+        (schema, TABLE),
+    ).fetchone()
+    if row is None:
+        return False
+    if not row[0]:
+        raise InvalidArgument(
+            f"{schema}.{TABLE} is owned by {row[1]}, not by the role migrating the store: "
+            "pgstore does not trust it; drop or rename that table, then migrate again"
+        )
+    taken = conn.execute(
+        sql.SQL("DELETE FROM {} WHERE mark = 'client_role' AND value = %s RETURNING 1").format(
+            _schema.identifier_for_params(schema, TABLE)
+        ),
+        (role_oid,),
+    ).fetchone()
+    left = conn.execute(sql.SQL("SELECT EXISTS (SELECT FROM {})").format(table)).fetchone()
+    if left is not None and not left[0]:
+        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    return taken is not None
