@@ -19,7 +19,7 @@ from pgstore.schema import objects as _schema
 from pgstore.schema.alembic_steps import (
     client_role,
     client_role_adopt,
-    offline_identifier,
+    offline_create_schema,
     target_schema,
 )
 from pgstore.schema.history import check_offline
@@ -56,7 +56,7 @@ def run_offline() -> None:
     )
     with context.begin_transaction():
         # Before alembic writes its version table into the schema.
-        context.execute(f"CREATE SCHEMA IF NOT EXISTS {offline_identifier(schema)}")
+        context.execute(offline_create_schema(schema))
         context.run_migrations()
 
 
@@ -94,7 +94,7 @@ def run_online() -> None:
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 (f"pgstore.migrate:{schema}",),
             )
-            raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            _schema.create(raw, schema)  # marked as pgstore's, for a downgrade to base
             context.run_migrations()
             if not context.get_context().get_current_heads():
                 # Downgraded to base: the version table was the last of ours.

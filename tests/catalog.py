@@ -65,6 +65,19 @@ def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[
     }
 
 
+def without_marks(found: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """``found`` (a ``catalog``) without the ``downgrade_marks`` table, its columns, key and
+    index: what a downgrade keeps for the upgrade back (``pgstore.schema.marks``)."""
+
+    def marks(row: tuple[Any, ...]) -> bool:
+        first = row[0] if row else None
+        return isinstance(first, str) and first.removeprefix("<schema>.").startswith(
+            "downgrade_marks"
+        )
+
+    return {name: [row for row in rows if not marks(row)] for name, rows in found.items()}
+
+
 #: The store's helpers, which run as their caller (an API function) on its pinned
 #: path, neither SECURITY DEFINER nor with a SET clause: the plain SQL ones the API
 #: functions inline (token_floor and check_primary among them), the plpgsql

@@ -1,15 +1,15 @@
 """``pgstore --version``, and downgrades that drop data: they ask first.
 
-A downgrade below pgstore_0002 drops the jobs table, to base the whole store;
-on a terminal (a pseudo-terminal here) the operator types the schema's name,
-otherwise ``--yes`` is needed, and without it nothing changes (exit status 2).
+A downgrade across a revision that added a column or a table drops it (below
+pgstore_0011, 0010, 0009, 0007, 0006, 0002; to base the whole store); on a terminal
+(a pseudo-terminal here) the operator types the schema's name, otherwise ``--yes``
+is needed, and without it nothing changes (exit status 2).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,8 +21,7 @@ from psycopg import sql
 
 import pgstore
 from pgstore import PgJobStore, PgScheduleStore
-from pgstore.schema.files import migrations_dir
-from pgstore.schema.migrations import current_revision, migrate
+from pgstore.schema.migrations import current_revision, downgrade, migrate
 from tests.cli_support import (
     Run,
     clean_environment,
@@ -107,17 +106,33 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
     yield dsn, "dg"
 
 
+#: What every downgrade from head to pgstore_0006 or below names first.
+ABOVE_0006 = [
+    "pgstore_0011: column schedules.catch_up;",
+    "pgstore_0010: columns jobs.attempts, jobs.max_attempts, jobs.last_error, jobs.failed,"
+    " schedules.consecutive_failures, store_settings.default_max_attempts;",
+    "pgstore_0009: column jobs.finished_at;",
+    "pgstore_0007: column jobs.lease_sequence",
+]
+
+
 @pytest.mark.parametrize(
     ("target", "tables"),
     [
-        ("base", "jobs (2 rows), schedules (2 rows), schedule_fences (0 rows)"),
-        ("pgstore_0001", "jobs (2 rows)"),
+        ("base", [*ABOVE_0006, "pgstore_0006: table store_settings (1 row);",
+                  "pgstore_0002: table jobs (2 rows);",
+                  "pgstore_0001: tables schedules (2 rows), schedule_fences (0 rows);"]),
+        ("pgstore_0001", [*ABOVE_0006, "pgstore_0002: table jobs (2 rows);"]),
         # relative to the current revision, as alembic counts: down to pgstore_0001
-        (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}", "jobs (2 rows)"),
+        (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}",
+         [*ABOVE_0006, "pgstore_0002: table jobs (2 rows);"]),
+        # Columns only: what each of 0011, 0010, 0009 and 0007 added.
+        ("pgstore_0006", ABOVE_0006),
     ],
 )
-def test_a_downgrade_dropping_tables_without_a_terminal_needs_yes(
-    cli: Run, filled: tuple[str, str], monkeypatch: pytest.MonkeyPatch, target: str, tables: str
+def test_a_downgrade_dropping_data_without_a_terminal_needs_yes(
+    cli: Run, filled: tuple[str, str], monkeypatch: pytest.MonkeyPatch, target: str,
+    tables: list[str],
 ) -> None:
     dsn, schema = filled
     before = _contents(dsn, schema)
@@ -131,12 +146,13 @@ def test_a_downgrade_dropping_tables_without_a_terminal_needs_yes(
     assert (status, out) == (2, "")
     line = one_error_line(err)
     assert line.startswith("pgstore: error: ")
-    assert f"from {HEAD} to {target} drops table" in line and tables in line
+    assert f"from {HEAD} to {target} drops, with the data in them, pgstore_0011:" in line
+    assert all(t in line + ";" for t in tables), line
     assert "--yes" in line and "nothing changed" in line
     assert _contents(dsn, schema) == before
     assert sys.stdin.read() == f"{schema}\n"  # never read
 
-    if target == "base":  # as a process with stdin on /dev/null: the same line and status
+    if target in ("base", "pgstore_0006"):  # a process, stdin on /dev/null: the same refusal
         done = subprocess.run(
             [*pgstore_argv(), "downgrade", *where],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, env=process_env(), timeout=60,
@@ -148,10 +164,12 @@ def test_a_downgrade_dropping_tables_without_a_terminal_needs_yes(
     status, out, err = cli("downgrade", *where, "--yes")
     assert (status, err) == (0, "")
     after = _contents(dsn, schema)
-    assert "jobs" not in after["rows"]
     if target == "base":
         assert after == {"revision": None, "rows": {}}
+    elif target == "pgstore_0006":
+        assert after["revision"] == "pgstore_0006" and len(after["rows"]["jobs"]) == 2
     else:
+        assert "jobs" not in after["rows"]
         assert after["revision"] == "pgstore_0001"
         # Every schedule is kept, in the columns pgstore_0001 has (later revisions'
         # columns go with the revisions).
@@ -181,7 +199,7 @@ def test_a_downgrade_keeping_the_data_needs_no_confirmation(
     dsn, schema = filled
     before = _contents(dsn, schema)
     where = ["--dsn", dsn, "--schema", schema, "--client-role", "off"]
-    # Down to pgstore_0005 drops store_settings (confirmed) and the lease sequences;
+    # Down to pgstore_0005 drops store_settings, the lease sequences, ... (confirmed);
     # from there on, no downgrade above pgstore_0002 drops anything.
     assert cli("downgrade", *where, "--revision", "pgstore_0005", "--yes")[0] == 0
     before = _contents(dsn, schema)
@@ -198,27 +216,54 @@ def test_a_downgrade_keeping_the_data_needs_no_confirmation(
 
 
 def test_downgrade_help_names_the_revisions_that_drop_data(cli: Run) -> None:
+    from pgstore.cli.downgrade import declared_drops
+
     status, out, _ = cli("downgrade", "--help")
     text = " ".join(out.split())
     assert status == 0
-    assert "below pgstore_0002 (to pgstore_0001) drops the jobs table" in text
-    assert "below pgstore_0001 (to base, the default) also drops the schedules" in text
+    assert "below pgstore_0002 (to pgstore_0001) the jobs table" in text
+    assert "below pgstore_0001 (to base, the default) the schedules" in text
     assert "--yes" in text and "type the schema name" in text
+    for number in range(1, int(HEAD.rsplit("_", 1)[1]) + 1):
+        revision = f"pgstore_{number:04d}"
+        assert (f"below {revision} " in text) == bool(declared_drops(revision)), revision
 
 
-def test_the_revisions_that_drop_data_are_the_ones_whose_downgrade_drops_tables() -> None:
-    from pgstore.cli.downgrade import DATA_REVISIONS
+def _tables_and_columns(conn: psycopg.Connection[Any], schema: str) -> set[str]:
+    """Every table of ``schema`` and every column as ``table.column`` (alembic's version
+    table and the downgrades' marks left out: pgstore's bookkeeping, not the store's)."""
+    rows = conn.execute(
+        "SELECT c.relname, a.attname FROM pg_class c"
+        "  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        " WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'"
+        "   AND c.relname NOT IN ('alembic_version', 'downgrade_marks')",
+        (schema,),
+    ).fetchall()
+    return {r[0] for r in rows} | {f"{r[0]}.{r[1]}" for r in rows}
 
-    versions = migrations_dir() / "versions"
-    dropping: dict[str, tuple[str, ...]] = {}
-    for down in sorted(versions.glob("*.down.sql")):
-        tables = re.findall(r"^\s*DROP TABLE (?:IF EXISTS )?(\w+)", down.read_text(), re.M)
-        if tables:
-            number = down.name.split("_", 1)[0]
-            dropping[f"pgstore_{number}"] = tuple(tables)
-    assert {r: set(t) for r, t in dropping.items()} == {
-        r: set(t) for r, t in DATA_REVISIONS.items()
-    }
+
+def test_each_revision_declares_what_its_downgrade_drops_from_the_catalog(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """Down from head one revision at a time: what leaves the catalog (a dropped table
+    counted once, not per column) is exactly what the revision declares."""
+    from pgstore.cli.downgrade import declared_drops
+
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "decl", client_role=False)
+    declared_somewhere = set()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for number in range(int(HEAD.rsplit("_", 1)[1]), 0, -1):
+            revision = f"pgstore_{number:04d}"
+            before = _tables_and_columns(conn, "decl")
+            downgrade(dsn, "decl", "-1", client_role=False)
+            after = _tables_and_columns(conn, "decl") if number > 1 else set()
+            gone = before - after
+            tables = {name for name in gone if "." not in name}
+            gone -= {name for name in gone if name.split(".", 1)[0] in tables and "." in name}
+            assert gone == set(declared_drops(revision)), revision
+            declared_somewhere |= gone
+    assert declared_somewhere >= {"jobs", "jobs.lease_sequence", "schedules.catch_up"}
 
 
 def _on_a_terminal(argv: list[str], typed: str, env: dict[str, str]) -> tuple[int, str, str]:
@@ -252,7 +297,10 @@ def test_a_downgrade_to_base_on_a_terminal_asks_for_the_schema_name(
         # The prompt (stderr), then the refusal; the typed newline echoes on the terminal.
         assert "Traceback" not in err
         loss, question, *rest = err.split("\n")
-        assert loss.startswith(f"downgrading schema {schema!r} from {HEAD} to base drops tables")
+        assert loss.startswith(
+            f"downgrading schema {schema!r} from {HEAD} to base drops, with the data in them,"
+        )
+        assert "pgstore_0001: tables schedules (2 rows), schedule_fences (0 rows)" in loss
         assert question.startswith(f"Type the schema name ({schema}) to go ahead")
         refusal = "".join(rest) if answer == "\x04" else question.split("stops: ", 1)[1]
         assert refusal.startswith("pgstore: error: downgrade not confirmed, nothing changed")

@@ -2,8 +2,9 @@
 
 Roles are cluster-wide, so the default name carries the database
 (``<schema>_client_<database>``); an existing role is adopted only if pgstore
-created it for this schema in this database and it cannot log in, unless the
-caller says to adopt it. Migrations of several databases at once never race on
+created it for this schema in this database, it cannot log in, and something only
+the store's owner writes vouches for it (a grant of the owner's, or a downgrade's
+mark), unless the caller says to adopt it. Migrations of several databases at once never race on
 ``CREATE ROLE``; a downgrade keeps a client role that has members, so the next
 upgrade gives the app its access back.
 """
@@ -30,6 +31,7 @@ import pgstore.schema.files
 from pgstore import InvalidArgument
 from pgstore.cli.commands import main as cli_main
 from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.schema.client_role import role_comment
 from pgstore.schema.migrations import current_revision, downgrade, migrate
 from pgstore.testing import install_schema
 from tests.catalog import INLINED_HELPERS
@@ -359,3 +361,73 @@ def test_a_downgrade_below_0003_keeps_the_apps_access(
     roles.made.clear()
     downgrade(dsn, "trip")
     assert _role_row(dsn, client) is None
+
+
+def test_a_role_another_createrole_role_made_with_pgstores_comment_is_refused(
+    pgstore_fresh_database: Callable[[], str], roles: Roles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A role with CREATEROLE (no superuser) makes the default client role before the first
+    migration, copies pgstore's comment onto it and makes itself a member (PostgreSQL 16
+    and later: the creator holds ADMIN on it). The comment is not proof: the migration
+    refuses the role and changes nothing; told to adopt it, it warns about its members."""
+    dsn = pgstore_fresh_database()
+    roles.dsns.append(dsn)
+    schema = "squat"
+    client = f"{schema}_client_{_dbname(dsn)}"
+    creator = roles.create("LOGIN CREATEROLE PASSWORD 'secret'")
+    roles.made.append(client)
+    comment = role_comment(schema, _dbname(dsn))
+    as_creator = make_conninfo(dsn, user=creator, password="secret")
+    with psycopg.connect(as_creator, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(client)))
+        conn.execute(sql.SQL("COMMENT ON ROLE {} IS {}").format(
+            sql.Identifier(client), sql.Literal(comment)))
+        conn.execute(sql.SQL("GRANT {} TO {}").format(
+            sql.Identifier(client), sql.Identifier(creator)))
+    before = _schemas(dsn)
+
+    with pytest.raises(InvalidArgument, match=f"{client}.*already exists.*members: {creator}"
+                       ".*CREATEROLE.*client_role_adopt=True"):
+        migrate(dsn, schema)
+    assert cli_main(["migrate", "--dsn", dsn, "--schema", schema]) == 1
+    assert _schemas(dsn) == before and current_revision(dsn, schema) is None
+    assert _role_row(dsn, client) == (False, False, comment, False)  # granted nothing here
+
+    with caplog.at_level(logging.WARNING, logger="pgstore.migrate"):
+        migrate(dsn, schema, client_role_adopt=True)
+    assert f"adopting existing client role {client!r}" in caplog.text and creator in caplog.text
+    assert caplog.text.count("adopting existing client role") == 1  # once, not per revision
+    with psycopg.connect(as_creator, autocommit=True) as conn:  # as told: its member calls
+        conn.execute(sql.SQL("SELECT {}.job_schedule('r', 0)").format(sql.Identifier(schema)))
+    migrate(dsn, schema)  # granted by the owner now: later migrations need no override
+
+
+def test_a_role_kept_below_0003_is_adopted_back_only_by_this_store(
+    pgstore_fresh_database: Callable[[], str], roles: Roles
+) -> None:
+    """The mark a downgrade below 0003 keeps names the role by OID in the store's
+    owner-only table: the upgrade back adopts that role, not one of the same name
+    made meanwhile, and uses the mark up."""
+    dsn = pgstore_fresh_database()
+    roles.dsns.append(dsn)
+    migrate(dsn, "kept")
+    client = _client_of(dsn, "kept")
+    roles.made.append(client)
+    app = roles.create("LOGIN", client)
+    downgrade(dsn, "kept", "pgstore_0002")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        oid = conn.execute("SELECT oid FROM pg_roles WHERE rolname = %s", (client,)).fetchone()
+        assert conn.execute("SELECT * FROM kept.downgrade_marks").fetchall() == [
+            ("client_role", oid[0] if oid else None)
+        ]
+        assert conn.execute(
+            "SELECT has_table_privilege(%s, 'kept.downgrade_marks', 'SELECT')", (app,)
+        ).fetchone() == (False,)
+        # The same name, made again by someone else: not the role the mark names.
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(client)))
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(client)))
+        conn.execute(sql.SQL("COMMENT ON ROLE {} IS {}").format(sql.Identifier(client), sql.Literal(
+            role_comment("kept", _dbname(dsn)))))
+    with pytest.raises(InvalidArgument, match="nothing only the owner"):
+        migrate(dsn, "kept")
+    assert current_revision(dsn, "kept") == "pgstore_0002"

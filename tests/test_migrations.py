@@ -21,7 +21,7 @@ from pgstore import PgJobStore, PgScheduleStore, SchemaNotReady
 from pgstore.schema.files import current_schema_sql
 from pgstore.schema.migrations import alembic_config, current_revision, downgrade, migrate
 from pgstore.testing import install_schema
-from tests.catalog import catalog
+from tests.catalog import catalog, without_marks
 from tests.conftest import present
 
 HOST_APP = Path(__file__).parent / "host_app"
@@ -87,6 +87,33 @@ def test_upgrade_downgrade_upgrade(pgstore_fresh_database: Callable[[], str]) ->
         assert store.register("t", "interval", "1", 0, 0).fencing_token == 0
 
 
+def test_a_downgrade_to_base_keeps_a_schema_the_migration_did_not_create(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """A store put into ``public`` (empty otherwise), or into a schema the DBA made, goes
+    at ``base`` and leaves the schema, empty, with its comment; a schema the migration
+    made is dropped with the store."""
+    dsn = pgstore_fresh_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA mine")
+        conn.execute("COMMENT ON SCHEMA mine IS 'the app''s own'")
+    for schema in ("public", "mine", "made"):
+        migrate(dsn, schema, client_role=False)
+        assert current_revision(dsn, schema) == pgstore.HEAD_REVISION
+        downgrade(dsn, schema, client_role=False)
+        assert current_revision(dsn, schema) is None
+    names = _namespaces(dsn)
+    assert {"public", "mine"} <= names and "made" not in names
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT obj_description('mine'::regnamespace, 'pg_namespace')"
+        ).fetchone() == ("the app's own",)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_class"
+            " WHERE relnamespace IN ('mine'::regnamespace, 'public'::regnamespace)"
+        ).fetchone() == (0,)
+
+
 def test_upgrade_from_0001_keeps_schedules_and_downgrade_back_to_it(
     pgstore_fresh_database: Callable[[], str],
 ) -> None:
@@ -116,6 +143,7 @@ def test_upgrade_from_0001_keeps_schedules_and_downgrade_back_to_it(
 
     downgrade(dsn, "mig_upgraded", "pgstore_0001")
     with psycopg.connect(dsn) as conn:
+        # The jobs are gone, and the mark of their lease sequences with them.
         assert catalog(conn, "mig_upgraded") == catalog(conn, "mig_reference")
         assert conn.execute("SELECT mig_upgraded.schema_revision()").fetchone() == ("pgstore_0001",)
         assert conn.execute("SELECT * FROM mig_upgraded.schedules").fetchall() == before
@@ -227,7 +255,12 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
 
     downgrade(dsn, "mig7_upgraded", "pgstore_0006")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        assert catalog(conn, "mig7_upgraded") == catalog(conn, "mig7_reference")
+        # The one thing kept for the upgrade back: the highest lease sequence (1).
+        assert conn.execute(
+            "SELECT * FROM mig7_upgraded.downgrade_marks").fetchall() == [("jobs.lease_sequence", 1)]
+        downgraded = catalog(conn, "mig7_upgraded")
+        assert downgraded != catalog(conn, "mig7_reference")
+        assert without_marks(downgraded) == catalog(conn, "mig7_reference")
         assert conn.execute("SELECT mig7_upgraded.schema_revision()").fetchone() == ("pgstore_0006",)
         schedules, fences, jobs = rows(conn)
         assert [schedules, fences] == before[:2] and jobs == [row[:-1] for row in before[2]]
@@ -235,6 +268,76 @@ def test_upgrade_from_0006_keeps_jobs_and_serves_old_and_new_callers(
         conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
         assert conn.execute("SELECT job_release('waiting', 'h', 0)").fetchone() == (False,)
         assert conn.execute("SELECT * FROM job_mark_dispatched('sent', 'h', 'bot')").fetchone() == (False, True)
+
+
+def _lease_three_times(dsn: str, schema: str) -> None:
+    with PgJobStore(dsn, schema=schema) as jobs:
+        jobs.schedule("thrice", 0)
+        jobs.schedule("never", 4_102_444_800_000)
+        for expected in (1, 2, 3):
+            lease = jobs.lease("w", None, 60_000)
+            assert lease is not None and lease.lease_sequence == expected
+            assert jobs.release("thrice", "w", 0, lease_sequence=expected)
+
+
+@pytest.mark.parametrize("target", ["pgstore_0006", "pgstore_0002"])
+def test_a_round_trip_below_0007_never_hands_out_a_lower_lease_sequence(
+    pgstore_fresh_database: Callable[[], str], target: str
+) -> None:
+    """Down below the revision that added jobs.lease_sequence (to 0006, or as far as the
+    jobs table's own, 0002) and back up: the next lease of a job that had reached 3 is above 3 (a worker
+    holding lease 1, 2 or 3 from before is still fenced off), the mark is owner-only
+    while kept, and it is gone once used."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "trip7")
+    client = f"trip7_client_{conninfo_to_dict(dsn)['dbname']}"
+    _lease_three_times(dsn, "trip7")
+
+    downgrade(dsn, "trip7", target)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM trip7.downgrade_marks").fetchall() == [
+            ("jobs.lease_sequence", 3)
+        ]
+        assert conn.execute(
+            "SELECT relacl FROM pg_class WHERE oid = 'trip7.downgrade_marks'::regclass"
+        ).fetchone() == (None,)  # the owner's alone
+        if target == "pgstore_0006":  # the client role reads nothing of it
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM trip7.downgrade_marks")
+            conn.execute("RESET ROLE")
+
+    migrate(dsn, "trip7")
+    with PgJobStore(dsn, schema="trip7") as jobs:
+        lease = jobs.lease("w", None, 60_000)
+        assert lease is not None and lease.run_id == "thrice"
+        assert lease.lease_sequence > 3
+        assert not jobs.renew("thrice", "w", None, 60_000, lease_sequence=3)  # the old lease: fenced
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('trip7.downgrade_marks')").fetchone() == (None,)
+    downgrade(dsn, "trip7")  # to base: the store and its schema go, nothing is left behind
+    assert "trip7" not in _namespaces(dsn)
+
+
+def test_a_downgrade_trusts_no_marks_table_another_role_owns(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "forged", client_role=False)
+    _lease_three_times(dsn, "forged")
+    other = f"forger_{conninfo_to_dict(dsn)['dbname']}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(other)))
+        try:
+            conn.execute("CREATE TABLE forged.downgrade_marks (mark text PRIMARY KEY, value bigint)")
+            conn.execute(sql.SQL("ALTER TABLE forged.downgrade_marks OWNER TO {}").format(
+                sql.Identifier(other)))
+            with pytest.raises(Exception, match="downgrade_marks is owned by"):
+                downgrade(dsn, "forged", "pgstore_0006", client_role=False)
+            assert current_revision(dsn, "forged") == pgstore.HEAD_REVISION  # nothing changed
+        finally:
+            conn.execute("DROP TABLE IF EXISTS forged.downgrade_marks")
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
 
 
 def test_upgrade_from_0008_stamps_finished_jobs_and_purges_them_and_downgrade_back(

@@ -7,8 +7,10 @@ role USAGE on the schema and EXECUTE on the API functions, nothing else.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,6 +18,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgstore.cli.commands import main as cli_main
+from pgstore.postgres.grants import CLIENT_FUNCTIONS, MONITOR_FUNCTIONS
 from pgstore.schema.migrations import downgrade, migrate
 from tests.catalog import INLINED_HELPERS
 
@@ -261,25 +265,70 @@ def test_client_role_off_grants_nothing_and_downgrade_drops_the_role(
         roles.drop_all()
 
 
-def test_a_read_only_monitoring_role(shop: tuple[str, Roles]) -> None:
-    """What the README documents for a monitoring role: it reads, it never writes."""
+def _documented_monitor_grants() -> str:
+    """The monitoring role's GRANTs, as docs/privileges.md gives them."""
+    text = (Path(__file__).parent.parent / "docs" / "privileges.md").read_text()
+    section = text.split("## A read-only monitoring role", 1)[1]
+    return section.split("```sql\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_monitoring_role_runs_status_and_reads_no_table(
+    shop: tuple[str, Roles], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/privileges.md's monitoring role, granted as written there: ``pgstore status``,
+    ``schedules`` and ``jobs`` run as it, and it reads no table and writes nothing."""
     dsn, roles = shop
     monitor = roles.login()
+    grants = _documented_monitor_grants()
+    assert "SELECT" not in grants
+    granted = {
+        (name, tuple(t.strip() for t in args.split(",") if t.strip()))
+        for name, args in re.findall(r"pgstore\.(\w+)\(([^)]*)\)", grants)
+    }
+    assert granted == {(f.name, f.arg_types) for f in MONITOR_FUNCTIONS}
     with psycopg.connect(dsn, autocommit=True) as admin:
-        for statement in [
-            "GRANT USAGE ON SCHEMA shop TO {r}",
-            "GRANT SELECT ON ALL TABLES IN SCHEMA shop TO {r}",
-            "GRANT EXECUTE ON FUNCTION shop.now_ms(), shop.schema_revision() TO {r}",
-        ]:
-            admin.execute(sql.SQL(statement).format(r=sql.Identifier(monitor)))
-        admin.execute("SELECT shop.job_schedule('r', 0)")
+        admin.execute(f"SELECT {SCHEMA}.job_schedule('m-due', 1)")
+        admin.execute(f"SELECT {SCHEMA}.schedule_register('m', 'interval', '1000', 5, 0)")
+        admin.execute(
+            grants.replace("pgstore", SCHEMA).replace("monitor", f'"{monitor}"').encode()
+        )
+    before = _state(dsn)
+    as_monitor = make_conninfo(dsn, user=monitor)
+    for command in ("status", "schedules", "jobs"):
+        capsys.readouterr()
+        status = cli_main([command, "--dsn", as_monitor, "--schema", SCHEMA])
+        out, err = capsys.readouterr()
+        assert (status, err) == (0, ""), (command, err)
+        assert "m-due" in out if command != "schedules" else "m " in out
     with roles.connect(monitor) as conn:
-        assert conn.execute("SELECT run_id FROM shop.jobs").fetchall() == [("r",)]
-        assert conn.execute("SELECT shop.schema_revision()").fetchone() is not None
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("UPDATE shop.jobs SET cancelled = true")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT shop.job_cancel('r')")
+        assert conn.execute(f"SELECT jobs_due FROM {SCHEMA}.store_stats(NULL)").fetchone() == (1,)
+        for table in TABLES:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
+                    sql.Identifier(SCHEMA), sql.Identifier(table)))
+        for call in ("job_lease('h', 10, 1000)", "job_cancel('m-due')", "job_purge(0, 10)",
+                     "schedule_delete('m')", "job_retry('m-due', NULL)"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT * FROM {SCHEMA}.{call}")
+    assert _state(dsn) == before
+
+
+def test_the_monitoring_functions_write_nothing() -> None:
+    """Every function MONITOR_FUNCTIONS names is one the client role may call, and its body
+    in sql/ writes no row (no INSERT, UPDATE, DELETE, nor a row lock)."""
+    from pgstore.schema.files import current_schema_sql
+
+    script = current_schema_sql()
+    for function in MONITOR_FUNCTIONS:
+        assert function in CLIENT_FUNCTIONS
+        found = re.search(
+            rf"CREATE (?:OR REPLACE )?FUNCTION {function.name}\(.*?(\$\w*\$)(.*?)\1",
+            script, re.S,
+        )
+        assert found is not None, function
+        body = found.group(2)
+        assert not re.search(r"\b(INSERT|UPDATE|DELETE|TRUNCATE|FOR SHARE)\b", body, re.I), (
+            function, body)
 
 
 def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:

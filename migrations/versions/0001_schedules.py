@@ -9,12 +9,18 @@ Revises:
 
 from __future__ import annotations
 
-from pgstore.schema.alembic_steps import drop_schema_if_empty, run_sql_beside
+from pgstore.schema import marks
+from pgstore.schema.alembic_steps import drop_schema_if_empty, run_sql, run_sql_beside
 
 revision = "pgstore_0001"
 down_revision = None
 branch_labels = ("pgstore",)
 depends_on = None
+
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = ("schedules", "schedule_fences")
 
 
 def upgrade() -> None:
@@ -23,4 +29,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     run_sql_beside(__file__, "0001_schedules.down.sql")
+    run_sql(marks.DROP)  # what later revisions' downgrades kept for the upgrade back
     drop_schema_if_empty()

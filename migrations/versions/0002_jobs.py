@@ -9,12 +9,18 @@ Revises: pgstore_0001
 
 from __future__ import annotations
 
-from pgstore.schema.alembic_steps import run_sql_beside
+from pgstore.schema import marks
+from pgstore.schema.alembic_steps import run_sql, run_sql_beside
 
 revision = "pgstore_0002"
 down_revision = "pgstore_0001"
 branch_labels = None
 depends_on = None
+
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = ("jobs",)
 
 
 def upgrade() -> None:
@@ -23,3 +29,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     run_sql_beside(__file__, "0002_jobs.down.sql")
+    run_sql(marks.FORGET_LEASE_SEQUENCE)  # the jobs are gone, and their numbers with them

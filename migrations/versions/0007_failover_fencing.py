@@ -9,6 +9,11 @@ standby (25006, naming the server as a standby). ``job_renew``,
 optional fence; calls without it behave as before. Existing jobs get
 ``lease_sequence = 0``.
 
+The downgrade keeps the highest lease sequence in ``downgrade_marks`` (when a job
+was ever leased), and the upgrade back lifts every job to at least it, so a round
+trip never hands out a lease sequence a worker may still hold
+(``pgstore.schema.marks``); without a mark the upgrade does what it always did.
+
 Frozen: runs the SQL files beside this file, as written when this revision
 was made. Changes to sql/ need a new revision.
 
@@ -18,13 +23,19 @@ Revises: pgstore_0006
 
 from __future__ import annotations
 
-from pgstore.schema.alembic_steps import run_sql_replacing_functions
+from pgstore.schema import marks
+from pgstore.schema.alembic_steps import run_sql, run_sql_replacing_functions
 from pgstore.schema.function import Function
 
 revision = "pgstore_0007"
 down_revision = "pgstore_0006"
 branch_labels = None
 depends_on = None
+
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = ("jobs.lease_sequence",)
 
 #: The three functions whose signature this revision changes (dropped and created again;
 #: whoever could execute one at the revision before may execute it at this one, and back).
@@ -44,9 +55,11 @@ def upgrade() -> None:
     run_sql_replacing_functions(
         __file__, "0007_failover_fencing.up.sql", list(zip(BEFORE, AFTER, strict=True))
     )
+    run_sql(marks.LIFT_LEASE_SEQUENCE)
 
 
 def downgrade() -> None:
+    run_sql(marks.KEEP_LEASE_SEQUENCE)
     run_sql_replacing_functions(
         __file__, "0007_failover_fencing.down.sql", list(zip(AFTER, BEFORE, strict=True))
     )

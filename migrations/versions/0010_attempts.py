@@ -30,6 +30,18 @@ down_revision = "pgstore_0009"
 branch_labels = None
 depends_on = None
 
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = (
+    "jobs.attempts",
+    "jobs.max_attempts",
+    "jobs.last_error",
+    "jobs.failed",
+    "schedules.consecutive_failures",
+    "store_settings.default_max_attempts",
+)
+
 #: The functions this revision drops and creates again (a new argument or new result
 #: columns): whoever could execute one at the revision before may execute it at this
 #: one, and back.

@@ -21,9 +21,10 @@ the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
 ``pgstore: error: ...``, and exit with status 1; a schema that is missing or
 not at the migration head is such a failure, saying what to run.
 
-``downgrade`` below ``pgstore_0002`` drops the jobs table, and to ``base``
-(below ``pgstore_0001``) the schedules too and the whole store
-(``pgstore.cli.downgrade``): it first names the tables and their row counts, and
+``downgrade`` across a revision that added a table or a column drops it and its
+data (``pgstore.cli.downgrade``: below ``pgstore_0011``, ``0010``, ``0009``,
+``0007``, ``0006``, ``0002`` and ``0001``, to ``base`` the whole store): it first
+names, per revision, the columns and the tables with their row counts, and
 goes ahead only when the operator types the schema's name on a terminal, or
 with ``--yes``; otherwise it exits with status 2 and changes nothing. A schema
 whose store was migrated through a host app's alembic history (no pgstore
@@ -189,7 +190,7 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
     from pgstore.cli.downgrade import (
         NotConfirmed,
         confirm,
-        dropped_tables,
+        dropped_objects,
         loss_text,
         revisions_undone,
     )
@@ -200,7 +201,7 @@ def _cmd_downgrade(args: argparse.Namespace) -> int:
     undone = revisions_undone(current, args.revision)
     conn: psycopg.Connection[Any]
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        dropped = dropped_tables(conn, args.schema, undone)
+        dropped = dropped_objects(conn, args.schema, undone)
     if dropped and not args.yes:
         assert current is not None  # something to undo
         loss = loss_text(args.schema, current, args.revision, dropped)
@@ -462,11 +463,15 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="downgrade the schema; to base (the default) drops the store and its data",
         description=(
-            "Downgrade the schema to --revision. Two revisions hold data: going below "
-            "pgstore_0002 (to pgstore_0001) drops the jobs table, and going below pgstore_0001 "
-            "(to base, the default) also drops the schedules and schedule_fences tables and "
-            "the store. Such a downgrade first says which tables it drops and how many rows "
-            "they hold; on a terminal it asks you to type the schema name, otherwise it "
+            "Downgrade the schema to --revision. A downgrade across a revision that added "
+            "a table or a column drops it with its data: below pgstore_0011 "
+            "schedules.catch_up; below pgstore_0010 the attempts, failed state and last "
+            "errors; below pgstore_0009 jobs.finished_at; below pgstore_0007 "
+            "jobs.lease_sequence; below pgstore_0006 store_settings; below pgstore_0002 "
+            "(to pgstore_0001) the jobs table; below pgstore_0001 (to base, the default) "
+            "the schedules and schedule_fences tables and the store. Such a downgrade first "
+            "says, per revision, which columns and tables it drops and how many rows the "
+            "tables hold; on a terminal it asks you to type the schema name, otherwise it "
             "needs --yes (without it: exit status 2, nothing changed). The other revisions "
             "change functions and grants only."
         ),

@@ -14,7 +14,7 @@ from pgstore.postgres import job_calls as jobs
 from pgstore.postgres import schedule_calls as schedules
 from pgstore.schema.function import Function
 
-__all__ = ["CLIENT_FUNCTIONS", "OWNER_FUNCTIONS"]
+__all__ = ["CLIENT_FUNCTIONS", "MONITOR_FUNCTIONS", "OWNER_FUNCTIONS"]
 
 #: SECURITY DEFINER functions granted to no client: only the owner (or a role the DBA
 #: grants EXECUTE) runs them.
@@ -50,4 +50,18 @@ CLIENT_FUNCTIONS: tuple[Function, ...] = (
     jobs.RENEW_MANY,
     common.STORE_STATS,
     jobs.LIST,
+)
+
+#: What a read-only monitoring role needs (docs/privileges.md gives the GRANT, and a test
+#: runs it): every function ``pgstore status``, ``schedules`` and ``jobs`` and a dashboard
+#: call, none that writes, and no table privilege. Each reads the tables as their owner.
+MONITOR_FUNCTIONS: tuple[Function, ...] = (
+    common.SCHEMA_REVISION,
+    common.NOW_MS,
+    common.STORE_STATS,
+    schedules.LIST,
+    schedules.GET,
+    jobs.LIST,
+    jobs.GET,
+    jobs.LIST_DISPATCHED,
 )

@@ -145,13 +145,40 @@ def offline_identifier(name: str) -> str:
     return '"' + name.replace('"', '""').replace(":", "\\:") + '"'
 
 
+def offline_literal(text: str) -> str:
+    """``text`` quoted as a string literal for SQL that alembic writes out in offline mode
+    (colons escaped as in ``offline_identifier``)."""
+    return "'" + text.replace("'", "''").replace(":", "\\:") + "'"
+
+
+def offline_create_schema(schema: str) -> str:
+    """The statement offline mode prints to create ``schema`` if it does not exist, marked
+    as a migration's (``objects.CREATED_COMMENT``) when this statement creates it."""
+    tag, n = "$create$", 0
+    while tag in schema:
+        n += 1
+        tag = f"$create{n}$"
+    quoted = offline_identifier(schema)
+    return (
+        f"DO {tag} BEGIN "
+        f"IF NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = {offline_literal(schema)}) "
+        f"THEN CREATE SCHEMA {quoted}; "
+        f"COMMENT ON SCHEMA {quoted} IS {offline_literal(_schema.CREATED_COMMENT)}; "
+        f"END IF; END {tag}"
+    )
+
+
 def run_sql_beside(revision_file: str, sql_name: str) -> None:
     """Run ``sql_name`` (a file beside ``revision_file``) in the target schema."""
-    script = (Path(revision_file).parent / sql_name).read_text()
+    run_sql((Path(revision_file).parent / sql_name).read_text())
+
+
+def run_sql(script: str) -> None:
+    """Run ``script`` in the target schema (first on ``search_path``), online or offline."""
     schema = target_schema()
     if context.is_offline_mode():
         quoted = offline_identifier(schema)
-        op.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        op.execute(offline_create_schema(schema))
         op.execute(f"SET LOCAL search_path = {quoted}, pg_temp")
         op.execute(script)
         return

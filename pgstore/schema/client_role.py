@@ -5,8 +5,18 @@ Every statement here is composed with ``psycopg.sql`` (names quoted as identifie
 comments as literals) and executed on its own: no schema or role name is ever spliced
 into the text of a script or a comment. A role's scope is one schema in one database:
 pgstore marks the roles it creates (their ``COMMENT``) with both, and adopts an
-existing role only when that mark matches and the role cannot log in, unless the
+existing role only when that mark matches, the role cannot log in, and something only
+the store's owner can write proves that pgstore made it for this store, unless the
 caller says to adopt it anyway.
+
+The comment alone proves nothing: any role with CREATEROLE can create a role of the
+default name, copy pgstore's comment onto it and (PostgreSQL 16 and later) make
+itself a member, before the first migration. The proof is one of: the role already
+holds EXECUTE on a function of this schema granted by the function's owner (what
+every migration since the role was created has granted it, and what only the owner,
+or a superuser, can grant), or the mark a downgrade below ``pgstore_0003`` kept in the
+owner-only ``downgrade_marks`` table when it kept the role for its members
+(``pgstore.schema.marks``).
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from pgstore.errors import InvalidArgument
+from pgstore.schema import marks as _marks
 from pgstore.schema.function import Function
 from pgstore.schema.objects import check_name
 
@@ -79,16 +90,34 @@ class _Role:
     superuser: bool
     comment: str | None
     members: int
+    oid: int
+    member_names: tuple[str, ...]
 
 
 def _read(conn: psycopg.Connection[Any], role: str) -> _Role | None:
     row = conn.execute(
         "SELECT rolcanlogin, rolsuper, shobj_description(oid, 'pg_authid'),"
-        "       (SELECT count(*) FROM pg_auth_members m WHERE m.roleid = r.oid)"
+        "       (SELECT count(*) FROM pg_auth_members m WHERE m.roleid = r.oid), oid,"
+        "       ARRAY(SELECT pg_get_userbyid(m.member) FROM pg_auth_members m"
+        "              WHERE m.roleid = r.oid ORDER BY 1)"
         "  FROM pg_roles r WHERE rolname = %s",
         (role,),
     ).fetchone()
-    return None if row is None else _Role(bool(row[0]), bool(row[1]), row[2], int(row[3]))
+    if row is None:
+        return None
+    return _Role(bool(row[0]), bool(row[1]), row[2], int(row[3]), int(row[4]), tuple(row[5]))
+
+
+def _granted_by_the_owner(conn: psycopg.Connection[Any], schema: str, role_oid: int) -> bool:
+    """Whether ``role_oid`` holds a privilege on a function of ``schema`` that the
+    function's owner granted: what only the store's owner (or a superuser) can write."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a"
+        "  WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = %s)"
+        "    AND a.grantee = %s AND a.grantor = p.proowner)",
+        (schema, role_oid),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def current_database(conn: psycopg.Connection[Any]) -> str:
@@ -112,10 +141,40 @@ def _check_adoptable(role: str, found: _Role, schema: str, database: str) -> Non
         )
 
 
+def _check_proof(
+    conn: psycopg.Connection[Any], role: str, found: _Role, schema: str, database: str
+) -> None:
+    if _granted_by_the_owner(conn, schema, found.oid):
+        return
+    if _marks.take_client_role(conn, schema, found.oid):
+        return
+    members = f" (members: {', '.join(found.member_names)})" if found.member_names else ""
+    raise InvalidArgument(
+        f"client role {role!r} already exists{members} and nothing only the owner of schema "
+        f"{schema!r} in database {database!r} can write shows that pgstore created it for "
+        "this store (its comment can be written by any role with CREATEROLE, which could "
+        f"have made the role to be granted the store's functions); {ADOPT_ADVICE}"
+    )
+
+
+def _warn_adopted(role: str, found: _Role, schema: str) -> None:
+    if found.member_names:
+        log.warning(
+            "pgstore: adopting existing client role %r for schema %r as told: its members "
+            "(%s) may now call the store's functions; check that each of them should.",
+            role,
+            schema,
+            ", ".join(found.member_names),
+        )
+
+
 def ensure_role(conn: psycopg.Connection[Any], schema: str, role: str, adopt: bool) -> None:
     """Create the NOLOGIN ``role``, marked as this schema's in this database, or check that
-    the existing one may be adopted (``adopt``: any existing role is). Raises
-    ``InvalidArgument`` naming the role and what to do when it may not.
+    the existing one may be adopted: its comment marks it as this schema's in this
+    database, it cannot log in, and the store's owner granted it before (or a downgrade
+    kept it; see the module's docstring). ``adopt``: any existing role is, with a warning
+    naming its members. Raises ``InvalidArgument`` naming the role and what to do when it
+    may not.
 
     Safe against a concurrent migration of another database creating the same role: the
     ``CREATE ROLE`` runs in a savepoint, and on a duplicate the role is read again and
@@ -137,8 +196,12 @@ def ensure_role(conn: psycopg.Connection[Any], schema: str, role: str, adopt: bo
             found = _read(conn, role)  # created meanwhile by a migration elsewhere
             if found is None:
                 raise
-    if not adopt:
-        _check_adoptable(role, found, schema, database)
+    if adopt:
+        if not _granted_by_the_owner(conn, schema, found.oid):  # adopted by this call
+            _warn_adopted(role, found, schema)
+        return
+    _check_adoptable(role, found, schema, database)
+    _check_proof(conn, role, found, schema, database)
 
 
 def _signature(schema: str, function: Function) -> sql.Composed:
@@ -225,8 +288,9 @@ def revoke(conn: psycopg.Connection[Any], schema: str, role: str) -> None:
     """Take back what ``grant`` gave in ``schema``, then drop the role if pgstore created
     it for this schema (in this database, or by an older pgstore), no role is a member of
     it, and nothing else (another database's grants) still needs it. A role with members
-    is kept, and a warning says so: dropping it would silently drop those memberships, and
-    the next upgrade adopts it again."""
+    is kept, and a warning says so: dropping it would silently drop those memberships.
+    A role pgstore created and keeps is recorded in the store's owner-only
+    ``downgrade_marks`` (``marks.keep_client_role``), so the next upgrade adopts it again."""
     found = _read(conn, role)
     if found is None:
         return
@@ -237,6 +301,7 @@ def revoke(conn: psycopg.Connection[Any], schema: str, role: str) -> None:
     if found.comment not in (role_comment(schema, database), LEGACY_COMMENT.format(schema)):
         return
     if found.members:
+        _marks.keep_client_role(conn, schema, found.oid)  # the proof, for the upgrade back
         log.warning(
             "pgstore: keeping client role %r: %d role(s) are members of it; its privileges "
             "in schema %r are revoked, and upgrading the schema again adopts it. DROP ROLE "
@@ -250,4 +315,6 @@ def revoke(conn: psycopg.Connection[Any], schema: str, role: str) -> None:
         with conn.transaction():
             conn.execute(sql.SQL("DROP ROLE {}").format(who))
     except psycopg.errors.DependentObjectsStillExist:
-        pass  # still granted something elsewhere (another database): keep it
+        # Still granted something elsewhere (another schema or database): keep it, and
+        # the proof that it is this store's, for the upgrade back.
+        _marks.keep_client_role(conn, schema, found.oid)

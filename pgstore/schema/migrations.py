@@ -90,11 +90,14 @@ def downgrade(
     revision: str = "base",
     client_role: bool | str = True,
 ) -> None:
-    """Downgrade ``schema``; to ``base`` removes every object the store created, schema
-    included. Below ``pgstore_0003`` the client role loses its privileges in the schema
-    and is dropped if pgstore created it for this schema, no role is a member of it, and
-    no other database needs it; a role with members is kept (a warning says so), so
-    upgrading again adopts it with its memberships."""
+    """Downgrade ``schema``; to ``base`` removes every object the store created, and the
+    schema itself only if a migration created it (never ``public``). Below
+    ``pgstore_0003`` the client role loses its privileges in the schema and is dropped if
+    pgstore created it for this schema, no role is a member of it, and no other database
+    needs it; a role with members is kept (a warning says so) and recorded in the store's
+    owner-only ``downgrade_marks``, so upgrading again adopts it with its memberships (a
+    downgrade to ``base`` drops that record with the store: adopt the role explicitly
+    then)."""
     command.downgrade(alembic_config(conninfo, schema, client_role), revision)
 
 

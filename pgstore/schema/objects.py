@@ -3,6 +3,11 @@
 The SQL files name no schema: they are run with ``search_path`` set to
 ``<schema>, pg_temp`` and every function pins that path with
 ``SET search_path FROM CURRENT``.
+
+A schema that a migration creates gets ``CREATED_COMMENT`` as its comment (only the
+schema's owner, the migrating role, or a superuser can write it). A downgrade to
+``base`` drops only such a schema, once empty, and never ``public``: a schema the
+store was put into (``public``, or one the DBA made) outlives the store.
 """
 
 from __future__ import annotations
@@ -56,9 +61,39 @@ def identifier_for_params(*names: str) -> sql.SQL:
     return sql.SQL(quoted.replace("%", "%%"))
 
 
+#: The comment a migration puts on a schema it creates: the mark that lets a downgrade
+#: to ``base`` drop it again.
+CREATED_COMMENT = "pgstore: created by a pgstore migration, dropped by its downgrade to base"
+
+#: Never dropped, whatever its comment says.
+KEPT_SCHEMAS = frozenset({"public"})
+
+
+def create(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Create ``schema`` if it does not exist, marked with ``CREATED_COMMENT``; True if
+    this call created it. A schema created meanwhile by a concurrent transaction (the
+    ``CREATE`` runs in a savepoint) is left as that transaction made it."""
+    exists = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %s)", (schema,)
+    ).fetchone()
+    if exists is not None and exists[0]:
+        return False
+    name = sql.Identifier(schema)
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(name))
+            conn.execute(
+                sql.SQL("COMMENT ON SCHEMA {} IS {}").format(name, sql.Literal(CREATED_COMMENT))
+            )
+    except (psycopg.errors.DuplicateSchema, psycopg.errors.UniqueViolation):
+        return False
+    return True
+
+
 def load(conn: psycopg.Connection[Any], schema: str, script: str) -> None:
-    """Create ``schema`` if needed and run ``script`` in it, in the caller's transaction."""
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    """Create ``schema`` if needed (``create``) and run ``script`` in it, in the caller's
+    transaction."""
+    create(conn, schema)
     saved = conn.execute("SELECT current_setting('search_path')").fetchone()
     assert saved is not None
     conn.execute(
@@ -69,17 +104,23 @@ def load(conn: psycopg.Connection[Any], schema: str, script: str) -> None:
 
 
 def drop_if_empty(conn: psycopg.Connection[Any], schema: str) -> bool:
-    """Drop ``schema`` when nothing is left in it; True if it was dropped."""
+    """Drop ``schema`` when nothing is left in it and a migration created it (its comment
+    is ``CREATED_COMMENT`` and the current role owns it); never ``public``. True if it
+    was dropped."""
+    if schema in KEPT_SCHEMAS:
+        return False
     row = conn.execute(
         """
         SELECT n.oid IS NOT NULL
+               AND n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+               AND obj_description(n.oid, 'pg_namespace') IS NOT DISTINCT FROM %s
                AND NOT EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid)
                AND NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = n.oid)
                AND NOT EXISTS (SELECT FROM pg_type t WHERE t.typnamespace = n.oid)
           FROM (SELECT NULL) AS one
           LEFT JOIN pg_namespace n ON n.nspname = %s
         """,
-        (schema,),
+        (CREATED_COMMENT, schema),
     ).fetchone()
     if row is None or not row[0]:
         return False
