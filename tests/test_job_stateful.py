@@ -223,9 +223,12 @@ class JobMachine(RuleBasedStateMachine):
 
     @rule(holder=HOLDERS, ttl_ms=TTLS, data=st.data())
     def lease(self, holder: str, ttl_ms: int, data: st.DataObject) -> None:
+        failed_before = set(self.failed_ids())
         kind, answer = self.both("lease", holder, self.draw_now(data), ttl_ms)
         if kind == "ok":
             event("lease got a job" if answer is not None else "lease got nothing")
+            if set(self.failed_ids()) - failed_before:
+                event("lease failed a job whose last lease expired")
 
     @rule(holder=HOLDERS, ttl_ms=st.integers(min_value=1, max_value=800), data=st.data())
     def lease_and_dispatch(self, holder: str, ttl_ms: int, data: st.DataObject) -> None:
