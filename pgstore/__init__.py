@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pgstore.errors import (
     InvalidArgument,
+    JobNotRemovable,
     NotPermitted,
     PgStoreError,
     ReadOnlyServer,
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobFilter",
+    "JobNotRemovable",
     "JobPage",
     "JobState",
     "JobStore",

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["InvalidArgument", "NotPermitted", "PgStoreError", "ReadOnlyServer", "SchemaNotReady"]
+__all__ = [
+    "InvalidArgument",
+    "JobNotRemovable",
+    "NotPermitted",
+    "PgStoreError",
+    "ReadOnlyServer",
+    "SchemaNotReady",
+]
 
 
 class PgStoreError(Exception):
@@ -39,6 +46,19 @@ class NotPermitted(PgStoreError):
     ``job_purge``, for one, is the schema owner's alone. The message says what to use."""
 
     sqlstate = "42501"
+
+
+class JobNotRemovable(PgStoreError):
+    """``remove`` refused a job that does not wait unleased: it was dispatched,
+    cancelled or failed (history, which only the schema's owner deletes, with
+    ``purge``), or it has a lease holder (a dispatch may be running, even past
+    an expired lease). Nothing changed; the message names the job's state.
+
+    ``sqlstate`` is ``55000`` (object_not_in_prerequisite_state). To stop a job
+    being dispatched, ``cancel`` it instead.
+    """
+
+    sqlstate = "55000"
 
 
 class SchemaNotReady(PgStoreError):

@@ -103,9 +103,15 @@ class Job:
     ``renew``, ``mark_dispatched`` and ``release`` fences them to that lease.
 
     ``attempts`` counts the leases since the job was scheduled (or retried): the
-    lease just taken included. A ``release`` once ``attempts >= max_attempts`` fails
-    the job (``failed``: terminal, never leased again, ``retry`` revives it);
-    ``last_error`` is the error text of the latest release that gave one.
+    lease just taken included. A job is leased at most ``max_attempts`` times: once
+    ``attempts >= max_attempts``, the ``release`` of that last lease fails the job, and
+    so does the ``lease`` that finds that lease expired without a release (``failed``:
+    terminal, never leased again, ``retry`` revives it); ``last_error`` is the error
+    text of the latest release that gave one, or what the lease that failed it says.
+
+    ``lease_sequence`` never repeats for a run_id either when the job is purged or
+    removed and scheduled again: every lease is numbered above the sequences of
+    every deleted job.
     """
 
     run_id: str
@@ -136,7 +142,8 @@ class Job:
     @property
     def last_attempt(self) -> bool:
         """Whether the lease this row was read under is the job's last: its release
-        fails the job instead of retrying it."""
+        fails the job instead of retrying it, and so does the next lease if it expires
+        without one."""
         return self.attempts >= self.max_attempts
 
 

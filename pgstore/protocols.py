@@ -144,7 +144,9 @@ class JobStore(Protocol):
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         """Lease the earliest due, waiting (not dispatched, cancelled or failed), unleased
-        job, adding one to its ``attempts``; else None."""
+        job, adding one to its ``attempts``; else None. A job is leased at most
+        ``max_attempts`` times: when that job's last lease expired without a release, it
+        is failed instead and None is answered."""
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -183,7 +185,8 @@ class JobStore(Protocol):
         """Every dispatched job."""
 
     def remove(self, run_id: str) -> None:
-        """Delete the job."""
+        """Delete the job if it waits with no lease holder (unknown: nothing); else
+        ``JobNotRemovable``, nothing changed."""
 
     def purge(self, before: int, limit: int) -> int:
         """Delete at most ``limit`` finished jobs whose ``finished_at`` is before ``before``,
@@ -196,7 +199,8 @@ class JobStore(Protocol):
     def lease_many(
         self, holder: str, now: int | None, ttl_ms: int, limit: int
     ) -> builtins.list[Job]:
-        """``lease`` up to ``limit`` jobs (at most 10000), in lease order."""
+        """``lease`` up to ``limit`` jobs (at most 10000), in lease order; the jobs out
+        of attempts among them are failed as ``lease`` fails them, and left out."""
 
     def mark_dispatched_many(
         self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],

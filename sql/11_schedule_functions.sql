@@ -6,8 +6,9 @@
 -- now_ms(), the database clock. Every function that writes starts with
 -- check_primary(): on a standby it fails at once, naming the server as one.
 -- A p_now that is not NULL must lie within
--- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
--- (off by default: see 01_settings.sql).
+-- store_settings.max_clock_skew_ms of that clock when the owner sets a bound,
+-- and a lease at most store_settings.max_lease_ms long (off by default: see
+-- 01_settings.sql).
 
 CREATE FUNCTION schedule_get(p_id text) RETURNS SETOF schedules
 LANGUAGE plpgsql STABLE
@@ -127,7 +128,7 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_name('owner', p_owner);
     PERFORM check_positive('lease_ms', p_lease_ms);
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'lease_ms', p_lease_ms);
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
     v_floor := token_floor();  -- once per call, not per row
 
@@ -150,7 +151,8 @@ COMMENT ON FUNCTION schedule_claim_due(text, text, bigint, bigint) IS
 'only when it is due (next_run_at IS NOT NULL AND next_run_at <= now) and has '
 'no live lease (lease_until IS NULL OR lease_until <= now). Returns the claimed '
 'row, or no row: not due, leased elsewhere, or unknown. One UPDATE; concurrent '
-'claimers of one id get exactly one winner.';
+'claimers of one id get exactly one winner. 22023: p_lease_ms above '
+'store_settings.max_lease_ms.';
 
 CREATE FUNCTION schedule_renew(
     p_id text, p_fencing_token bigint, p_lease_until bigint
@@ -166,6 +168,13 @@ BEGIN
     PERFORM check_name('id', p_id);
     PERFORM check_present('fencing_token', p_fencing_token);
     PERFORM check_present('lease_until', p_lease_until);
+    -- A lease end at most store_settings.max_lease_ms past the database clock;
+    -- one in the past is fine (it gives the lease up). check_lease never answers
+    -- NULL: a condition, like an assignment, costs no query of its own (PERFORM
+    -- would).
+    IF check_lease(NULL, 'lease_until', p_lease_until) IS NULL THEN
+        RETURN false;
+    END IF;
 
     UPDATE schedules
        SET lease_until = p_lease_until
@@ -180,7 +189,9 @@ $$;
 COMMENT ON FUNCTION schedule_renew(text, bigint, bigint) IS
 'Sets lease_until = p_lease_until only if p_fencing_token matches and the claim '
 'is still held (lease_owner IS NOT NULL: not yet completed). False means the '
-'lease was lost: claimed again, completed, re-registered or deleted.';
+'lease was lost: claimed again, completed, re-registered or deleted. A past '
+'p_lease_until gives the lease up. 22023: p_lease_until more than '
+'store_settings.max_lease_ms past now_ms().';
 
 CREATE FUNCTION schedule_complete(
     p_id text, p_fencing_token bigint, p_next_run_at bigint,
@@ -289,7 +300,7 @@ BEGIN
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'ids must hold non-empty strings of at most 1024 characters';
     END IF;
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'lease_ms', p_lease_ms);
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
     v_floor := token_floor();  -- once per call, not per row
 
@@ -352,4 +363,4 @@ COMMENT ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) I
 'by concurrent claimers are skipped. Only ids in p_ids when given (''{}'' claims '
 'nothing, NULL means no filter). Returns the claimed rows in that order. '
 'Never more than p_limit rows. An empty answer means nothing claimable right '
-'now, not that nothing is due.';
+'now, not that nothing is due. 22023: p_lease_ms above store_settings.max_lease_ms.';

@@ -50,27 +50,63 @@ COMMENT ON INDEX jobs_pending_by_dispatch_at IS
 'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
 'with dispatched, cancelled and failed history.';
 COMMENT ON COLUMN jobs.lease_sequence IS
-'Bumped by every job_lease (to at least token_floor()), so it grows with every lease '
-'of the job and never goes backwards, even across a promotion; 0 until the first lease. '
-'(run_id, lease_sequence) names one lease: an idempotency key for the provider call.';
+'Bumped by every job_lease (to at least token_floor() and above job_fences.lease_sequence), '
+'so it grows with every lease of the job and never goes backwards, even across a '
+'promotion or a purge or remove of the run_id and its scheduling again; 0 until the '
+'first lease. (run_id, lease_sequence) names one lease: an idempotency key for the '
+'provider call.';
 COMMENT ON COLUMN jobs.finished_at IS
 'Epoch ms (the database clock) when the job finished: set by job_mark_dispatched, '
-'by job_cancel of an undispatched job and by the job_release that fails it, once; '
+'by job_cancel of an undispatched job and by the job_release or job_lease that fails '
+'it, once; '
 'NULL while the job waits (job_retry clears it). '
 'Jobs finished before pgstore_0009 got the time of that upgrade.';
 COMMENT ON COLUMN jobs.attempts IS
 'How many times the job was leased since it was scheduled (or retried): every '
 'job_lease adds one, job_retry resets it to 0. Counted from pgstore_0010 on.';
 COMMENT ON COLUMN jobs.max_attempts IS
-'The most leases the job may have: a job_release once attempts >= max_attempts fails '
-'the job. job_schedule''s p_max_attempts, or store_settings.default_max_attempts '
+'The most leases the job may have: a job is leased at most max_attempts times. Once '
+'attempts >= max_attempts, a job_release of its last lease fails the job, and so does '
+'the job_lease (or job_lease_many) that finds it due again after that lease expired. '
+'job_schedule''s p_max_attempts, or store_settings.default_max_attempts '
 'when the job was scheduled without one (job_schedule always writes it: the column''s '
 'own default, 25, is for rows written otherwise).';
 COMMENT ON COLUMN jobs.last_error IS
 'The p_error of the latest job_release that gave one (at most 4096 characters); '
 'NULL until then.';
 COMMENT ON COLUMN jobs.failed IS
-'Terminal: set by the job_release that found attempts >= max_attempts. A failed job '
-'is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
+'Terminal: set, once attempts >= max_attempts, by the job_release of the job''s last '
+'lease or by the job_lease (or job_lease_many) that finds that lease expired. A failed '
+'job is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
 COMMENT ON INDEX jobs_finished_by_finished_at IS
 'The purge path: finished jobs only, oldest finished_at first.';
+
+-- Lease sequences outlive the rows they were handed out on. A run_id purged
+-- or removed and then scheduled again must not start over at lease_sequence 1:
+-- a dispatch that outlived its lease would have its fenced mark recorded on
+-- the new job. Not one fence row per deleted run_id (job_purge exists to free
+-- storage; such a table would grow with every run id ever purged), but one
+-- store-wide high-water mark: every DELETE of jobs raises it, in the same
+-- statement, to the greatest lease_sequence it deleted (never lowers it), and every lease hands out more than
+-- it, reading it in the leasing UPDATE itself (under READ COMMITTED a read in
+-- an earlier statement could predate a purge that committed before the row
+-- was scheduled again). The cost: every job's sequences, not only a returning
+-- run_id's, start above the mark.
+
+CREATE TABLE job_fences (
+    singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    lease_sequence bigint NOT NULL DEFAULT 0 CHECK (lease_sequence >= 0)
+);
+
+INSERT INTO job_fences DEFAULT VALUES;
+
+COMMENT ON TABLE job_fences IS
+'One row: the high-water mark of the lease sequences of every job deleted (by job_purge '
+'or job_remove). Written only by those two functions, read by every lease; clients can '
+'neither read nor write it.';
+COMMENT ON COLUMN job_fences.singleton IS
+'Always true: the primary key that keeps the table to one row.';
+COMMENT ON COLUMN job_fences.lease_sequence IS
+'The greatest lease_sequence of any job deleted since pgstore_0014 (0: none), raised in '
+'the statement that deletes, never lowered. job_lease and job_lease_many hand out '
+'lease sequences above it, so a run_id scheduled again never repeats one.';

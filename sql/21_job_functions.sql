@@ -8,8 +8,15 @@
 -- job_renew, job_mark_dispatched and job_release take the lease_sequence that
 -- job_lease returned as an optional fence (NULL: any lease of the holder).
 -- A p_now that is not NULL must lie within
--- store_settings.max_clock_skew_ms of that clock when the owner sets a bound
--- (off by default: see 01_settings.sql).
+-- store_settings.max_clock_skew_ms of that clock when the owner sets a bound,
+-- and a ttl_ms at most store_settings.max_lease_ms (off by default: see
+-- 01_settings.sql).
+--
+-- A job is leased at most max_attempts times. Once attempts >= max_attempts
+-- (its last lease was taken), the job fails instead of being leased again:
+-- at the job_release of that lease, or, when that lease expired without a
+-- release (a dispatcher that crashes on the job: a poison job), at the
+-- job_lease that finds it due again.
 
 CREATE FUNCTION job_channel() RETURNS text
 LANGUAGE sql STABLE
@@ -84,30 +91,50 @@ BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- The scalar subquery is an InitPlan: it runs once, walks the pending
-    -- index in lease order and locks one row, skipping rows that concurrent
-    -- leasers hold locked.
+    -- The scalar subquery on run_id is an InitPlan: it runs once, walks the
+    -- pending index in lease order and locks one row, skipping rows that
+    -- concurrent leasers hold locked. The one on job_fences is read in this
+    -- statement, with its snapshot: a row visible to it was scheduled after
+    -- any purge or remove of its run_id that the mark must cover.
+    --
+    -- A job out of attempts (its last lease expired without a release) is
+    -- failed instead, by the same UPDATE, and not returned: the call then
+    -- answers no row, and the next call leases the next job.
     RETURN QUERY
-    UPDATE jobs j
-       SET lease_holder = p_holder,
-           lease_until = v_until,
-           lease_sequence = greatest(j.lease_sequence + 1, token_floor()),
-           attempts = j.attempts + 1
-     WHERE j.run_id = (
-               SELECT c.run_id
-                 FROM jobs c
-                WHERE NOT c.dispatched
-                  AND NOT c.cancelled
-                  AND NOT c.failed
-                  AND c.dispatch_at <= v_now
-                  AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                ORDER BY c.dispatch_at, c.run_id
-                LIMIT 1
-                  FOR UPDATE SKIP LOCKED)
-    RETURNING j.*;
+    WITH leased AS (
+        UPDATE jobs j
+           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+               lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                     THEN greatest(j.lease_sequence + 1, token_floor(),
+                                                   (SELECT f.lease_sequence + 1
+                                                      FROM job_fences f))
+                                     ELSE j.lease_sequence END,
+               attempts = CASE WHEN j.attempts < j.max_attempts
+                               THEN j.attempts + 1 ELSE j.attempts END,
+               failed = j.attempts >= j.max_attempts,
+               finished_at = CASE WHEN j.attempts < j.max_attempts
+                                  THEN j.finished_at ELSE now_ms() END,
+               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                 ELSE format('out of attempts: leased %s times (max_attempts '
+                                             '%s), the last lease expired without a release',
+                                             j.attempts, j.max_attempts) END
+         WHERE j.run_id = (
+                   SELECT c.run_id
+                     FROM jobs c
+                    WHERE NOT c.dispatched
+                      AND NOT c.cancelled
+                      AND NOT c.failed
+                      AND c.dispatch_at <= v_now
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                    ORDER BY c.dispatch_at, c.run_id
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING j.*)
+    SELECT l.* FROM leased l WHERE NOT l.failed;
 END
 $$;
 
@@ -115,11 +142,15 @@ COMMENT ON FUNCTION job_lease(text, bigint, bigint) IS
 'Leases to p_holder, until now + p_ttl_ms, the next due (dispatch_at <= now), '
 'uncancelled, undispatched, unfailed job whose lease is absent or expired, earliest '
 'dispatch_at first (ties by run_id), bumps its lease_sequence (to at least '
-'token_floor(): above every lease of an earlier timeline) and adds one to its '
-'attempts. Returns it, with the new lease_sequence and attempts, or no row. One UPDATE; rows '
-'locked by concurrent leasers are skipped, so an empty answer means nothing '
-'leasable right now, not that nothing is due. Two callers never hold one job '
-'while its lease lives.';
+'token_floor(): above every lease of an earlier timeline, and above '
+'job_fences.lease_sequence: above every lease of a deleted job) and adds one to its '
+'attempts. Returns it, with the new lease_sequence and attempts, or no row. A job is '
+'leased at most max_attempts times: when that next job has attempts >= max_attempts '
+'(its last lease expired without a release) it is failed instead (failed, '
+'finished_at = now_ms(), lease cleared, last_error says why) and no row is returned. '
+'One UPDATE; rows locked by concurrent leasers are skipped, so an empty answer means '
+'nothing leasable right now, not that nothing is due. Two callers never hold one job '
+'while its lease lives. 22023: p_ttl_ms above store_settings.max_lease_ms.';
 
 CREATE FUNCTION job_renew(
     p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint,
@@ -139,7 +170,7 @@ BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
     PERFORM check_sequence(p_lease_sequence);
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     UPDATE jobs
@@ -158,7 +189,7 @@ COMMENT ON FUNCTION job_renew(text, text, bigint, bigint, bigint) IS
 'an unexpired lease (lease_until > now) and, when p_lease_sequence is given, it is '
 'that lease (lease_sequence = p_lease_sequence); true even when the job is cancelled or '
 'dispatched. False: the lease expired or another holder took it, and the holder '
-'must stop.';
+'must stop. 22023: p_ttl_ms above store_settings.max_lease_ms.';
 
 CREATE FUNCTION job_mark_dispatched(
     p_run_id text, p_holder text, p_worker_id text, p_lease_sequence bigint DEFAULT NULL
@@ -260,6 +291,7 @@ COMMENT ON FUNCTION job_release(text, text, bigint, bigint, text) IS
 'Only while lease_holder = p_holder (expired or not; and, when p_lease_sequence '
 'is given, lease_sequence = p_lease_sequence) and the job is not dispatched; else '
 'false and nothing changes. The lease_sequence is kept: the next lease bumps it. '
+'(A lease that expires without a release fails the job at the next job_lease instead.) '
 '22023: p_error longer than 4096 characters.';
 
 CREATE FUNCTION job_retry(p_run_id text, p_dispatch_at bigint) RETURNS text
@@ -371,15 +403,57 @@ LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_job jobs;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
-    DELETE FROM jobs WHERE run_id = p_run_id;
+
+    -- Granted to the client role, so it must not erase what was dispatched (the
+    -- owner's job_purge deletes history), nor a job a dispatcher may still be
+    -- dispatching: one with a lease holder, even an expired one (a dispatch can
+    -- outlive its lease, and its mark must then find the row). The row lock, as
+    -- in job_cancel, orders this call against a concurrent lease or mark: it
+    -- waits for that commit and then decides on the newest row.
+    SELECT * INTO v_job FROM jobs j WHERE j.run_id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_job.dispatched OR v_job.cancelled OR v_job.failed
+       OR v_job.lease_holder IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format(
+                'job %s is %s: job_remove deletes only a waiting job that holds no lease',
+                quote_literal(p_run_id),
+                CASE WHEN v_job.dispatched THEN 'dispatched'
+                     WHEN v_job.cancelled THEN 'cancelled'
+                     WHEN v_job.failed THEN 'failed'
+                     ELSE format('leased by %s (lease_sequence %s; a dispatch may be running)',
+                                 quote_literal(v_job.lease_holder), v_job.lease_sequence)
+                END),
+            HINT = 'Cancel it with job_cancel instead; the schema''s owner deletes finished '
+                   'jobs with job_purge.';
+    END IF;
+
+    -- One statement: the delete and the fence it raises (never lowers).
+    WITH gone AS (
+        DELETE FROM jobs j WHERE j.run_id = p_run_id RETURNING j.lease_sequence)
+    UPDATE job_fences f
+       SET lease_sequence = g.lease_sequence
+      FROM gone g
+     WHERE g.lease_sequence > f.lease_sequence;
 END
 $$;
 
 COMMENT ON FUNCTION job_remove(text) IS
-'Deletes the job p_run_id. Unknown run_id: nothing.';
+'Deletes the job p_run_id when it waits (not dispatched, cancelled or failed) and '
+'holds no lease (lease_holder IS NULL: never leased, or released), and raises '
+'job_fences.lease_sequence to its lease_sequence. Unknown run_id: nothing. A '
+'dispatched, cancelled, failed or leased job (even one whose lease expired: its '
+'dispatch may still be running): 55000 (object_not_in_prerequisite_state) naming its '
+'state, and nothing changes; cancel it instead (job_cancel), and the owner deletes '
+'finished jobs with job_purge.';
 
 CREATE FUNCTION job_purge(p_before bigint, p_limit integer) RETURNS bigint
 LANGUAGE plpgsql
@@ -403,6 +477,11 @@ BEGIN
     -- (it never waits on a lease or a mark). A locked row is re-checked in its
     -- newest version, so a job whose lease is live (a dispatcher still holds
     -- a cancelled or dispatched job) is kept; a waiting job has no finished_at.
+    --
+    -- The same statement raises job_fences to the greatest lease_sequence it
+    -- deleted (never lowers it): a run_id scheduled again is leased above it.
+    -- Only a purge that raises the mark writes its row, so two such purges (or
+    -- a purge and a job_remove) take turns on it until the first commits.
     WITH gone AS (
         DELETE FROM jobs j
          WHERE j.run_id IN (
@@ -415,7 +494,12 @@ BEGIN
                     ORDER BY c.finished_at, c.run_id
                     LIMIT p_limit
                       FOR UPDATE SKIP LOCKED)
-        RETURNING 1)
+        RETURNING j.lease_sequence),
+    fenced AS (
+        UPDATE job_fences f
+           SET lease_sequence = g.top
+          FROM (SELECT max(d.lease_sequence) AS top FROM gone d) g
+         WHERE g.top > f.lease_sequence)
     SELECT count(*) INTO v_deleted FROM gone;
     RETURN v_deleted;
 END
@@ -426,6 +510,7 @@ COMMENT ON FUNCTION job_purge(bigint, integer) IS
 '< p_before, oldest first, and returns how many it deleted. Never a waiting job, '
 'nor one whose lease is live; rows locked by concurrent calls are skipped (a purge '
 'never waits on a lease, a mark or a cancel), so a short answer does not mean '
-'nothing is left. Call it until it returns less than p_limit. 22023: p_before NULL '
-'or negative, p_limit NULL or not positive. Not granted to the client role: it '
-'deletes history.';
+'nothing is left. Call it until it returns less than p_limit. Raises '
+'job_fences.lease_sequence to the greatest lease_sequence it deleted, in the same '
+'statement. 22023: p_before NULL or negative, p_limit NULL or not positive. Not '
+'granted to the client role: it deletes history.';

@@ -144,7 +144,7 @@ BEGIN
     IF p_limit > batch_max() THEN
         PERFORM raise_invalid(format('limit must be at most %s', batch_max()));
     END IF;
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
     -- Once per call, not once per row (token_floor() is VOLATILE: inlined into
     -- the SET list it read the WAL position for every job). One value is right
@@ -157,13 +157,30 @@ BEGIN
     -- p_limit rows, skipping rows concurrent leasers hold locked; the UPDATE then
     -- reaches them through the primary key (an IN would let the planner hash-join
     -- a scan of the whole table). The answer comes back in lease order.
+    --
+    -- job_lease's rules for each job: job_fences is read by this statement (an
+    -- InitPlan, once), never by an earlier one, and a job out of attempts is
+    -- failed by this UPDATE instead of leased, and left out of the answer, so
+    -- it may hold fewer than p_limit rows.
     RETURN QUERY
     WITH leased AS (
         UPDATE jobs j
-           SET lease_holder = p_holder,
-               lease_until = v_until,
-               lease_sequence = greatest(j.lease_sequence + 1, v_floor),
-               attempts = j.attempts + 1
+           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+               lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                     THEN greatest(j.lease_sequence + 1, v_floor,
+                                                   (SELECT f.lease_sequence + 1
+                                                      FROM job_fences f))
+                                     ELSE j.lease_sequence END,
+               attempts = CASE WHEN j.attempts < j.max_attempts
+                               THEN j.attempts + 1 ELSE j.attempts END,
+               failed = j.attempts >= j.max_attempts,
+               finished_at = CASE WHEN j.attempts < j.max_attempts
+                                  THEN j.finished_at ELSE now_ms() END,
+               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                 ELSE format('out of attempts: leased %s times (max_attempts '
+                                             '%s), the last lease expired without a release',
+                                             j.attempts, j.max_attempts) END
          WHERE j.run_id = ANY (ARRAY(
                    SELECT c.run_id
                      FROM jobs c
@@ -176,7 +193,7 @@ BEGIN
                     LIMIT p_limit
                       FOR UPDATE SKIP LOCKED))
         RETURNING j.*)
-    SELECT l.* FROM leased l ORDER BY l.dispatch_at, l.run_id;
+    SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
 END
 $$;
 
@@ -184,8 +201,11 @@ COMMENT ON FUNCTION job_lease_many(text, bigint, bigint, integer) IS
 'job_lease for up to p_limit jobs at once: leases to p_holder, until now + p_ttl_ms, '
 'the next due, uncancelled, undispatched, unfailed jobs whose lease is absent or '
 'expired, in lease order (dispatch_at, then run_id), bumping each one''s '
-'lease_sequence and adding one to its attempts as job_lease does. Returns them in that order: fewer than p_limit (none) when no more '
-'are leasable right now; rows locked by concurrent leasers are skipped. One UPDATE. '
+'lease_sequence and adding one to its attempts as job_lease does. A job among them '
+'with attempts >= max_attempts (its last lease expired without a release) is failed '
+'instead, as job_lease fails it, and not returned. Returns the leased jobs in that '
+'order: fewer than p_limit (none) when no more are leasable right now, or when some '
+'were failed; rows locked by concurrent leasers are skipped. One UPDATE. '
 '22023: p_limit NULL, not positive or above batch_max(), and job_lease''s rules.';
 
 CREATE FUNCTION job_mark_dispatched_many(
@@ -287,7 +307,7 @@ BEGIN
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
     PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
-    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     -- As job_mark_dispatched_many: the fences looked up by run_id in a jsonb

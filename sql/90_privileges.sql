@@ -7,7 +7,8 @@
 -- migration grants EXECUTE on the API functions (not the check_* helpers) and
 -- USAGE on the schema to the client role "<schema>_client" (see
 -- client_role.sql.template); the tables grant nothing to clients, so only
--- the owner can change store_settings (the bound on p_now).
+-- the owner can change store_settings (the bounds on p_now and on leases) and
+-- job_fences.
 --
 -- Run migrations as a dedicated owner role, not a superuser: the functions
 -- run with the owner's rights.
@@ -46,6 +47,7 @@ REVOKE ALL ON FUNCTION check_present(text, anyelement) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_one_of(text, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_length(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_now(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION check_lease(bigint, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION raise_invalid(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_sequence(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_primary() FROM PUBLIC;
@@ -56,4 +58,4 @@ REVOKE ALL ON FUNCTION check_run_ids(text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_same_length(text, anyarray, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_lease_sequences(bigint[], integer) FROM PUBLIC;
 
-REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings FROM PUBLIC;
+REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings, job_fences FROM PUBLIC;

@@ -275,7 +275,11 @@ def test_renew_racing_another_holders_lease_is_decided_by_now(
                 assert renewed, f"trial {trial}: a live lease was not renewed"
                 assert taken is None, f"trial {trial}: took a live lease: {taken}"
                 assert row == Job(run_id, 0, "h1", now + ttl, None, False, False, 1, 1)
-            setup.remove(run_id)  # so later trials lease only their own job
+            # So later trials lease only their own job (a leased job is the owner's
+            # to delete: job_remove refuses it).
+            connections[0].execute(
+                sql.SQL("DELETE FROM {}.jobs WHERE run_id = %s").format(
+                    sql.Identifier(pgstore_schema)), (run_id,))
 
 
 def test_concurrent_retries_revive_a_failed_job_once_and_leases_follow_them(
@@ -320,7 +324,10 @@ def test_concurrent_retries_revive_a_failed_job_once_and_leases_follow_them(
             else:
                 assert (row.lease_holder, row.attempts, row.dispatch_at) == (None, 0, 500)
                 outcomes["the leases first (nothing leasable)"] += 1
-            setup.remove(run_id)
+            # Gone before the next trial (a leased job is the owner's to delete).
+            connections[8].execute(
+                sql.SQL("DELETE FROM {}.jobs WHERE run_id = %s").format(
+                    sql.Identifier(pgstore_schema)), (run_id,))
 
     print(f"\nretry x4 vs lease x4 over {trials} trials: {dict(outcomes)}")
     assert sum(outcomes.values()) == trials

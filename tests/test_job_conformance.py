@@ -18,6 +18,7 @@ from pgstore import (
     CancelResult,
     InvalidArgument,
     Job,
+    JobNotRemovable,
     MarkResult,
     RetryResult,
 )
@@ -947,3 +948,132 @@ def test_python_level_bad_values_raise_invalid_argument(
     with pytest.raises(InvalidArgument):
         call(jobs.store)
     assert jobs.state() == before
+
+
+# --- remove: only a waiting job with no lease holder -------------------------------------
+
+
+def test_remove_refuses_a_finished_or_leased_job_and_changes_nothing(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """remove is the client's: it never erases a dispatch (history is the owner's, purge),
+    nor a job a dispatcher may still be dispatching, even past its lease."""
+    s = jobs.store
+    for run_id in ("cancelled", "dispatched", "expired", "failed", "leased"):
+        s.schedule(run_id, 100, 1 if run_id == "failed" else None)
+    s.schedule("released", 100)
+    s.schedule("waiting", 100)
+    assert s.cancel("cancelled") == CancelResult.CANCELLED
+    for holder in ("h-d", "h-e", "h-f", "h-l", "h-r"):  # in lease order: d, e, f, l, r
+        present(s.lease(holder, 100, TTL))
+    assert s.mark_dispatched("dispatched", "h-d", "bot").recorded
+    assert s.release("failed", "h-f", 100) is True  # its only attempt: failed
+    assert s.release("released", "h-r", 10**9) is True  # waits again, no holder
+    assert present(s.renew("leased", "h-l", 100, 10**12)) is True
+    # "expired": its lease ended at 100 + TTL; nobody took it since.
+    before = jobs.state()
+    states = {"cancelled": "cancelled", "dispatched": "dispatched", "failed": "failed",
+              "leased": "leased", "expired": "leased"}
+    for run_id, state in states.items():
+        with pytest.raises(JobNotRemovable, match=f"is {state}") as refused:
+            s.remove(run_id)
+        assert refused.value.sqlstate == "55000"
+        assert jobs.state() == before, run_id
+    s.remove("waiting")
+    s.remove("released")
+    s.remove("nope")
+    assert [j for j in jobs.state()] == [j for j in before if j.run_id in states]
+
+
+# --- a run id that comes back is leased above its old leases ------------------------------
+
+
+def test_a_purged_run_id_scheduled_again_is_leased_above_its_old_leases(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r", 100)
+    old = [present(s.lease("h", 100 + i * TTL, TTL)).lease_sequence for i in range(3)]
+    assert old == [1, 2, 3]  # each lease expired; nobody released or marked
+    assert s.cancel("r") == CancelResult.CANCELLED
+    assert s.purge(int(s.now_ms()) + 1, 10) == 1
+    s.schedule("r", 100)
+    again = present(s.lease("h", 10_000, TTL))  # the same holder name, say a restart
+    assert again.lease_sequence > 3
+    # The old dispatches, each past its lease, mark with their own lease's sequence:
+    # none of them is taken for the new lease.
+    for sequence in old:
+        assert s.mark_dispatched("r", "h", "bot-old", sequence) == MarkResult(False, False)
+        assert s.renew("r", "h", 10_000, TTL, sequence) is False
+        assert s.release("r", "h", 0, sequence) is False
+    assert present(s.get("r")) == again
+    assert s.mark_dispatched("r", "h", "bot", again.lease_sequence).recorded
+
+
+def test_a_removed_run_id_scheduled_again_is_leased_above_its_old_leases(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("r", 100)
+    first = present(s.lease("h", 100, TTL))
+    assert first.lease_sequence == 1
+    assert s.release("r", "h", 100, 1) is True  # a retry, say; the job waits unleased
+    s.remove("r")
+    s.schedule("r", 100)
+    again = present(s.lease("h", 200, TTL))
+    assert again.lease_sequence == 2  # not 1 again
+    assert s.mark_dispatched("r", "h", "bot-old", 1) == MarkResult(False, False)
+    assert present(s.get("r")) == again
+    # The mark covers every run id: a new one is leased above it too, and a removal of a
+    # job never leased lowers nothing.
+    s.schedule("fresh", 100)
+    s.remove("fresh")
+    s.schedule("other", 100)
+    assert present(s.lease("h", 300, TTL)).lease_sequence == 2
+
+
+# --- max_attempts: a job is leased at most that many times ---------------------------------
+
+
+def test_a_job_whose_last_lease_expires_is_failed_by_the_next_lease(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("poison", 100, 2)
+    first = present(s.lease("h1", 100, TTL))
+    second = present(s.lease("h2", 100 + TTL, TTL))  # the first lease expired
+    assert (first.attempts, second.attempts) == (1, 2) and second.last_attempt
+    before = s.now_ms()
+    assert s.lease("h3", 100 + 2 * TTL, TTL) is None  # the second expired too: failed
+    failed = present(s.get("poison"))
+    assert failed == replace(
+        second, lease_holder=None, lease_until=None, failed=True,
+        last_error="out of attempts: leased 2 times (max_attempts 2), the last lease expired"
+                   " without a release",
+    )
+    assert failed.state == "failed" and s.list_failed() == [failed]
+    assert s.lease("h3", 10**9, TTL) is None  # never leased again
+    # Its lease is cleared, so the old holders' late calls find nothing of theirs.
+    assert s.mark_dispatched("poison", "h2", "bot", 2) == MarkResult(False, False)
+    assert s.release("poison", "h2", 0, 2) is False
+    # finished: purge deletes it once its finish lies before the cutoff (not before).
+    assert s.purge(before - 60_000, 10) == 0
+    assert s.retry("poison", 100) == RetryResult.RETRIED
+    back = present(s.lease("h4", 10**9, TTL))
+    assert (back.run_id, back.attempts, back.failed, back.lease_sequence) == ("poison", 1, False, 3)
+
+
+def test_lease_many_fails_the_jobs_out_of_attempts_and_leaves_them_out(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule("a", 10)
+    s.schedule("b", 20, 1)
+    s.schedule("c", 30)
+    assert [j.run_id for j in s.lease_many("h", 100, TTL, 3)] == ["a", "b", "c"]
+    again = s.lease_many("h2", 100 + TTL, TTL, 3)  # every lease expired; b had its one
+    assert [(j.run_id, j.attempts) for j in again] == [("a", 2), ("c", 2)]
+    b = present(s.get("b"))
+    assert b.failed and b.lease_holder is None and b.attempts == 1
+    assert s.purge(int(s.now_ms()) + 1, 10) == 1  # b, finished; a and c are leased
+    assert [j.run_id for j in jobs.state()] == ["a", "c"]

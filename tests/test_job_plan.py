@@ -115,25 +115,32 @@ def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connecti
 
 
 def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The UPDATE in the installed job_lease's body (the one on the search_path)."""
+    """The UPDATE in the installed job_lease's body (the one on the search_path): the
+    statement its ``RETURN QUERY`` runs, or, from pgstore_0014, the UPDATE … RETURNING
+    inside the one WITH query it runs (which leaves out a job the UPDATE failed)."""
     row = conn.execute(
         "SELECT prosrc FROM pg_proc WHERE oid = 'job_lease(text, bigint, bigint)'::regprocedure"
     ).fetchone()
     assert row is not None
-    found = re.search(r"RETURN\s+QUERY\s+(UPDATE\s+jobs\b.*?);", row[0], re.S | re.I)
-    assert found, f"no `RETURN QUERY UPDATE jobs …;` in job_lease's body:\n{row[0]}"
+    found = re.search(
+        r"RETURN\s+QUERY\s+(?:WITH\s+\w+\s+AS\s+\(\s*)?(UPDATE\s+jobs\b.*?RETURNING\s+j\.\*)",
+        row[0], re.S | re.I)
+    assert found, f"no `RETURN QUERY … UPDATE jobs … RETURNING` in job_lease's body:\n{row[0]}"
     return found.group(1)
 
 
 def candidate_subquery(statement: str) -> str:
     """The ``SELECT … FOR UPDATE SKIP LOCKED`` that picks the row to lease."""
-    found = re.search(r"\(\s*(SELECT\b.*?SKIP\s+LOCKED)\s*\)", statement, re.S | re.I)
+    found = re.search(r"\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", statement,
+                      re.S | re.I)
     assert found, f"no `(SELECT … SKIP LOCKED)` in the lease statement:\n{statement}"
     return found.group(1)
 
 
 # What job_lease's plpgsql variables hold when it runs at NOW.
 VARIABLES: dict[str, Any] = {"p_holder": "plan-test", "v_now": NOW, "v_until": NOW + TTL}
+#: Their types: a parameter in a CASE branch would otherwise be read as text.
+TYPES = {"p_holder": "text", "v_now": "bigint", "v_until": "bigint"}
 
 
 def with_literals(conn: psycopg.Connection[Any], text: str) -> str:
@@ -157,7 +164,7 @@ def prepare_generic(conn: psycopg.Connection[Any], name: str, text: str) -> str:
         assert var in VARIABLES, f"unexpected variable {var} in {text}"
         if var not in order:
             order.append(var)
-        return f"${order.index(var) + 1}"
+        return f"${order.index(var) + 1}::{TYPES[var]}"
 
     body = re.sub(r"\b[pv]_\w+\b", parameter, text)
     conn.execute(f"PREPARE {name} AS {body}")

@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 )
 from psycopg import sql
 
-from pgstore import InvalidArgument, Job, MemoryJobStore, PgJobStore
+from pgstore import InvalidArgument, Job, JobNotRemovable, MemoryJobStore, PgJobStore
 from pgstore.testing import drop_schema, install_schema
 
 pytestmark = pytest.mark.slow
@@ -90,6 +90,8 @@ def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
         return ("ok", call())
     except InvalidArgument as exc:
         return ("invalid", (exc.sqlstate, str(exc).split(" ", 1)[0]))
+    except JobNotRemovable as exc:  # remove of a job that does not wait unleased
+        return ("not_removable", (exc.sqlstate, str(exc)))
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -99,6 +101,9 @@ class JobMachine(RuleBasedStateMachine):
         assert conn is not None, "the pg_context fixture must run first"
         self.conn = conn
         conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(_Context.schema)))
+        # The memory store starts with no fence: so does the table's mark.
+        conn.execute(sql.SQL("UPDATE {}.job_fences SET lease_sequence = 0").format(
+            sql.Identifier(_Context.schema)))
         self.pg = PgJobStore(conn, schema=_Context.schema)
         self.memory = MemoryJobStore()
         self.now = 1_000
@@ -111,11 +116,12 @@ class JobMachine(RuleBasedStateMachine):
         memory_before = self.memory.list_all()
         mem = _outcome(lambda: getattr(self.memory, name)(*args))
         # Read the table first only when the call should fail: it saves a round trip.
-        pg_before = self.pg_jobs() if mem[0] == "invalid" else None
+        pg_before = self.pg_jobs() if mem[0] != "ok" else None
         pg = _outcome(lambda: getattr(self.pg, name)(*args))
         assert pg == mem, f"{name}{args}: pg {pg!r} != memory {mem!r}"
-        if mem[0] == "invalid":
-            event(f"{name} rejected: {mem[1][1]} ({mem[1][0]})")
+        if mem[0] != "ok":
+            what = mem[1][1] if mem[0] == "invalid" else "a job that does not wait unleased"
+            event(f"{name} rejected: {what} ({mem[1][0]})")
             assert self.memory.list_all() == memory_before, f"memory {name}{args} changed state"
             assert self.pg_jobs() == pg_before, f"pg {name}{args} raised but changed the state"
         return mem
@@ -217,9 +223,12 @@ class JobMachine(RuleBasedStateMachine):
 
     @rule(holder=HOLDERS, ttl_ms=TTLS, data=st.data())
     def lease(self, holder: str, ttl_ms: int, data: st.DataObject) -> None:
+        failed_before = set(self.failed_ids())
         kind, answer = self.both("lease", holder, self.draw_now(data), ttl_ms)
         if kind == "ok":
             event("lease got a job" if answer is not None else "lease got nothing")
+            if set(self.failed_ids()) - failed_before:
+                event("lease failed a job whose last lease expired")
 
     @rule(holder=HOLDERS, ttl_ms=st.integers(min_value=1, max_value=800), data=st.data())
     def lease_and_dispatch(self, holder: str, ttl_ms: int, data: st.DataObject) -> None:

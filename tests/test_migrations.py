@@ -668,6 +668,99 @@ def test_upgrade_from_0012_replaces_the_batch_bodies_over_held_jobs_and_downgrad
     assert current_revision(dsn, "mig13_upgraded") == "pgstore_0013"
 
 
+def test_upgrade_from_0013_fences_the_job_store_over_stored_jobs_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0014 adds job_fences, store_settings.max_lease_ms and check_lease, and replaces
+    the bodies of ten functions (same signatures). Over jobs 0013 leased, marked,
+    cancelled, failed and purged, it changes no row, keeps every function's grants and
+    the comments it does not rewrite; the client role's job_remove then refuses what it
+    may not delete, a purge after the upgrade fences a run id that comes back, and a job
+    out of attempts is failed by a lease. The downgrade keeps the rows and leaves a
+    catalog equal to 0013's."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig14_upgraded", "pgstore_0013")
+    migrate(dsn, "mig14_reference", "pgstore_0013")
+    client = f"mig14_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+    rewritten = {"schedule_claim_due", "schedule_renew", "schedule_claim_next", "job_lease",
+                 "job_renew", "job_release", "job_remove", "job_purge", "job_lease_many",
+                 "job_renew_many", "schema_revision"}
+
+    def jobs(conn: psycopg.Connection[Any]) -> list[Any]:
+        return conn.execute("SELECT * FROM mig14_upgraded.jobs ORDER BY run_id").fetchall()
+
+    def functions(conn: psycopg.Connection[Any], schema: str) -> list[Any]:
+        """Every function's catalog row but its definition, and but its comment when
+        0014 rewrites it."""
+        rows = catalog(conn, schema)["functions"]
+        return [(r[0], r[1], None if r[0] in rewritten else r[3], *r[4:]) for r in rows]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig14_upgraded")
+        conn.execute("SELECT job_schedule('purged', 0)")
+        assert conn.execute("SELECT lease_sequence FROM job_lease('h', 10, 1)").fetchone() == (1,)
+        conn.execute("SELECT job_cancel('purged')")
+        assert conn.execute("SELECT job_purge(9223372036854775807, 10)").fetchone() == (1,)
+        conn.execute("SELECT job_schedule(r, 0) FROM unnest(ARRAY['cancelled', 'held', 'sent']) r")
+        conn.execute("SELECT job_schedule('failed', 0, 1)")
+        conn.execute("SELECT job_schedule('waiting', 9223372036854775807)")
+        conn.execute("SELECT job_cancel('cancelled')")
+        leased = conn.execute("SELECT run_id, lease_sequence FROM job_lease_many('h', 10, 1, 4)"
+                              ).fetchall()
+        assert leased == [("failed", 1), ("held", 1), ("sent", 1)]
+        conn.execute("SELECT job_release('failed', 'h', 0)")  # its only attempt: failed
+        conn.execute("SELECT job_mark_dispatched('sent', 'h', 'bot')")
+        before = jobs(conn)
+
+    migrate(dsn, "mig14_upgraded", "pgstore_0014")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig14_upgraded")
+        assert jobs(conn) == before
+        upgraded = {r[:2]: r for r in functions(conn, "mig14_upgraded")}
+        reference = {r[:2]: r for r in functions(conn, "mig14_reference")}
+        assert set(upgraded) - set(reference) == {("check_lease", "p_now bigint, p_param text,"
+                                                   " p_lease bigint")}
+        assert {k: upgraded[k] for k in reference} == reference  # grants, options, comments
+        assert conn.execute("SELECT * FROM job_fences").fetchall() == [(True, 0)]  # none yet
+        assert conn.execute("SELECT max_lease_ms FROM store_settings").fetchall() == [(None,)]
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        for run_id, state in [("cancelled", "cancelled"), ("failed", "failed"),
+                              ("held", "leased"), ("sent", "dispatched")]:
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match=f"is {state}"):
+                conn.execute("SELECT job_remove(%s)", (run_id,))
+        conn.execute("RESET ROLE")
+        assert jobs(conn) == before
+        # A purge from now on fences the run id: scheduled again, it is leased above 1.
+        conn.execute("SELECT job_cancel('held')")
+        assert conn.execute("SELECT job_purge(9223372036854775807, 10)").fetchone() == (4,)
+        assert conn.execute("SELECT * FROM job_fences").fetchall() == [(True, 1)]
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        conn.execute("SELECT job_schedule('held', 0, 1)")
+        assert conn.execute("SELECT lease_sequence FROM job_lease('h', 20, 1)").fetchone() == (2,)
+        assert conn.execute("SELECT * FROM job_mark_dispatched('held', 'h', 'old', 1)").fetchone(
+            ) == (False, False)
+        # Its one attempt expired: the next lease fails it.
+        assert conn.execute("SELECT * FROM job_lease('h', 30, 1)").fetchall() == []
+        assert conn.execute("SELECT failed FROM job_get('held')").fetchone() == (True,)
+        conn.execute("SELECT job_remove('waiting')")
+        conn.execute("RESET ROLE")
+        after = jobs(conn)
+        assert [r[0] for r in after] == ["held"]
+
+    downgrade(dsn, "mig14_upgraded", "pgstore_0013")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig14_upgraded") == catalog(conn, "mig14_reference")
+        assert conn.execute("SELECT mig14_upgraded.schema_revision()").fetchone() == (
+            "pgstore_0013",)
+        assert jobs(conn) == after
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        conn.execute("SELECT mig14_upgraded.job_remove('held')")  # 0013: anything goes
+        conn.execute("RESET ROLE")
+        assert jobs(conn) == []
+    migrate(dsn, "mig14_upgraded", "pgstore_0014")
+    assert current_revision(dsn, "mig14_upgraded") == "pgstore_0014"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

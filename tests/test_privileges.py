@@ -63,9 +63,10 @@ API_CALLS = [
     "job_lease_many('h', 10, 1000, 5)",
     "job_renew_many(ARRAY['m'], 'h', 20, 1000)",
     "job_mark_dispatched_many(ARRAY['m'], 'h', ARRAY['w'])",
-    "job_remove('r')",
+    "job_schedule('x', 0)",
+    "job_remove('x')",
 ]
-TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]
+TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "job_fences"]
 #: The helpers the API functions call: internal, granted to no one.
 HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
@@ -77,7 +78,7 @@ TABLE_WRITES = [
 ]
 FIRST_COLUMN = {
     "schedules": "id", "schedule_fences": "id", "jobs": "run_id",
-    "store_settings": "max_clock_skew_ms",
+    "store_settings": "max_clock_skew_ms", "job_fences": "lease_sequence",
 }
 
 
@@ -362,7 +363,8 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
         assert conn.execute(  # the database clock is still fine
             "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
     with psycopg.connect(dsn) as admin:
-        assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [(True, 60000, 25)]
+        assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [
+            (True, 60000, 25, None)]
 
 
 def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Roles]) -> None:

@@ -346,7 +346,9 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     assert db.execute("SELECT run_id, worker_id FROM job_list_dispatched()").fetchall() == [("meeting-R", "bot-9")]
     assert db.execute("SELECT * FROM job_mark_dispatched('gone', 'h', NULL)").fetchall() == [(False, False)]
     assert db.execute("SELECT job_release('meeting-R', 'dispatcher-1', 0)").fetchone() == (False,)
-    db.execute("SELECT job_remove('meeting-R')")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="is dispatched"):
+        db.execute("SELECT job_remove('meeting-R')")  # history: job_purge's, the owner's
+    assert db.execute("SELECT job_purge(9223372036854775807, 10)").fetchone() == (1,)
     assert db.execute("SELECT * FROM job_get('meeting-R')").fetchall() == []
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("missing",)
 

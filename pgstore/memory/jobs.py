@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pgstore import _validate as v
-from pgstore.errors import InvalidArgument
+from pgstore.errors import InvalidArgument, JobNotRemovable
 from pgstore.memory.schedules import wall_clock_ms
 from pgstore.models import (
     DEFAULT_MAX_ATTEMPTS,
@@ -42,6 +42,36 @@ def _lease_live(job: Job, at: int) -> bool:
     return job.lease_until is not None and job.lease_until > at
 
 
+def _out_of_attempts(job: Job) -> bool:
+    """A due job whose last lease was taken (and expired without a release): the lease
+    that finds it fails it instead (SQL's job_lease)."""
+    return job.attempts >= job.max_attempts
+
+
+def _exhausted_error(job: Job) -> str:
+    """The last_error job_lease writes when it fails a job out of attempts."""
+    return (
+        f"out of attempts: leased {job.attempts} times (max_attempts {job.max_attempts}),"
+        " the last lease expired without a release"
+    )
+
+
+def _not_removable(job: Job) -> str | None:
+    """Why ``remove`` refuses ``job`` (SQL's job_remove message), or None: it waits with
+    no lease holder."""
+    if job.state == "waiting" and job.lease_holder is None:
+        return None
+    quoted = "'" + job.run_id.replace("'", "''") + "'"
+    state: str
+    if job.state != "waiting":
+        state = job.state
+    else:
+        holder = "'" + job.lease_holder.replace("'", "''") + "'" if job.lease_holder else ""
+        state = (f"leased by {holder} (lease_sequence {job.lease_sequence};"
+                 " a dispatch may be running)")
+    return f"job {quoted} is {state}: job_remove deletes only a waiting job that holds no lease"
+
+
 def _check_max_attempts(max_attempts: object) -> None:
     """None (the store default) or a positive integer within SQL's integer."""
     if max_attempts is not None:
@@ -52,7 +82,11 @@ class MemoryJobStore:
     """Reference, in-process job store; thread-safe. Has ``forget`` for in-memory hosts.
 
     ``default_max_attempts`` is what ``schedule`` stores for a job given no
-    ``max_attempts`` (PostgreSQL's ``store_settings.default_max_attempts``)."""
+    ``max_attempts`` (PostgreSQL's ``store_settings.default_max_attempts``). Like
+    PostgreSQL's ``job_fences``, it keeps the greatest lease sequence of the jobs it
+    deleted (``remove``, ``purge``, ``forget``) and leases above it, so a run_id that
+    comes back never repeats a lease sequence. It has no bound on leases (nor on
+    ``now``): one process, one clock."""
 
     def __init__(self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.default_max_attempts = v.positive(
@@ -62,6 +96,8 @@ class MemoryJobStore:
         #: finished_at by run_id (this process's clock): kept beside the jobs, as SQL keeps
         #: the column beside the row, since ``Job`` does not carry it.
         self._finished: dict[str, int] = {}
+        #: The greatest lease_sequence of any job deleted (SQL's job_fences.lease_sequence).
+        self._fence = 0
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -102,12 +138,7 @@ class MemoryJobStore:
             if not leasable:
                 return None
             first = min(leasable, key=lambda job: (job.dispatch_at, job.run_id))
-            leased = replace(
-                first, lease_holder=holder, lease_until=until,
-                lease_sequence=first.lease_sequence + 1, attempts=first.attempts + 1,
-            )
-            self._jobs[first.run_id] = leased
-            return leased
+            return self._take(first, holder, until)
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -232,10 +263,23 @@ class MemoryJobStore:
             return [self._jobs[r] for r in sorted(self._jobs) if self._jobs[r].dispatched]
 
     def remove(self, run_id: str) -> None:
+        """Delete a job that waits with no lease holder; unknown: nothing; any other:
+        ``JobNotRemovable``, nothing changed (SQL's job_remove)."""
         v.name("run_id", run_id)
         with self._lock:
-            self._jobs.pop(run_id, None)
-            self._finished.pop(run_id, None)
+            job = self._jobs.get(run_id)
+            if job is None:
+                return
+            refused = _not_removable(job)
+            if refused is not None:
+                raise JobNotRemovable(refused)
+            self._delete(run_id)
+
+    def _delete(self, run_id: str) -> None:
+        """Drop ``run_id`` (under the lock), raising the fence to its lease sequence."""
+        job = self._jobs.pop(run_id)
+        self._finished.pop(run_id, None)
+        self._fence = max(self._fence, job.lease_sequence)
 
     def purge(self, before: int, limit: int) -> int:
         """Delete at most ``limit`` finished jobs (dispatched, cancelled or failed) that finished
@@ -251,8 +295,7 @@ class MemoryJobStore:
                 if finished_at < before and not _lease_live(self._jobs[run_id], at)
             )[:limit]
             for _, run_id in finished:
-                del self._jobs[run_id]
-                del self._finished[run_id]
+                self._delete(run_id)
             return len(finished)
 
     # --- batches (sql/22_job_batches.sql): the single-job rules, for each job ----------
@@ -292,14 +335,25 @@ class MemoryJobStore:
                  and (job.lease_until is None or job.lease_until <= at)),
                 key=lambda job: (job.dispatch_at, job.run_id),
             )[:limit]
-            leased = [
-                replace(job, lease_holder=holder, lease_until=until,
-                        lease_sequence=job.lease_sequence + 1, attempts=job.attempts + 1)
-                for job in leasable
-            ]
-            for job in leased:
-                self._jobs[job.run_id] = job
-            return leased
+            taken = [self._take(job, holder, until) for job in leasable]
+            return [job for job in taken if job is not None]
+
+    def _take(self, job: Job, holder: str, until: int) -> Job | None:
+        """Lease ``job`` (under the lock), numbered above its last lease and the fence; or,
+        out of attempts, fail it and answer None."""
+        if _out_of_attempts(job):
+            self._jobs[job.run_id] = replace(
+                job, lease_holder=None, lease_until=None, failed=True,
+                last_error=_exhausted_error(job),
+            )
+            self._finished[job.run_id] = wall_clock_ms()
+            return None
+        leased = replace(
+            job, lease_holder=holder, lease_until=until,
+            lease_sequence=max(job.lease_sequence, self._fence) + 1, attempts=job.attempts + 1,
+        )
+        self._jobs[job.run_id] = leased
+        return leased
 
     def mark_dispatched_many(
         self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
@@ -365,10 +419,14 @@ class MemoryJobStore:
         return [f if isinstance(f, int) else None for f in fences]
 
     def forget(self, run_id: str) -> None:
-        """Evict everything kept for ``run_id`` (for in-memory hosts, after
-        terminal cleanup and the retention grace, once producers have stopped).
-        This store keeps nothing per run beyond the job, so it is ``remove``."""
-        self.remove(run_id)
+        """Evict everything kept for ``run_id``, in whatever state (for in-memory hosts,
+        after terminal cleanup and the retention grace, once producers have stopped):
+        unlike ``remove``, it refuses nothing. The fence still rises to the job's lease
+        sequence, so a run_id that comes back is leased above it."""
+        v.name("run_id", run_id)
+        with self._lock:
+            if run_id in self._jobs:
+                self._delete(run_id)
 
     def now_ms(self) -> int:
         """This process's clock in epoch ms."""

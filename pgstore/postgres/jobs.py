@@ -34,7 +34,11 @@ class PgJobStore(SyncStore):
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
         """Lease the earliest due, uncancelled, undispatched job with no live lease until
-        ``now + ttl_ms``; None: nothing leasable right now."""
+        ``now + ttl_ms``; None: nothing leasable right now. A job is leased at most
+        ``max_attempts`` times: when the earliest one's last lease expired without a
+        release, this call fails it (``failed``, ``last_error`` saying so) and answers
+        None; the next call leases the next job. ``ttl_ms`` above the owner's
+        ``store_settings.max_lease_ms`` raises ``InvalidArgument``."""
         return self._runner.run(calls.lease(holder, now, ttl_ms))
 
     def renew(
@@ -42,7 +46,8 @@ class PgJobStore(SyncStore):
         lease_sequence: int | None = None,
     ) -> bool:
         """Extend a lease ``holder`` still holds unexpired (and, given ``lease_sequence``,
-        only that lease of it); False: stop, it was lost."""
+        only that lease of it); False: stop, it was lost. ``ttl_ms`` is bounded as in
+        ``lease``."""
         return self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
 
     def mark_dispatched(
@@ -102,7 +107,12 @@ class PgJobStore(SyncStore):
         return self._runner.run(calls.list_jobs(filter, now, limit))
 
     def remove(self, run_id: str) -> None:
-        """Delete the job (unknown run_id: nothing)."""
+        """Delete a job that waits (not dispatched, cancelled or failed) and has no lease
+        holder (never leased, or released); unknown run_id: nothing. Any other job raises
+        ``JobNotRemovable`` (SQLSTATE 55000) naming its state and changes nothing: a
+        dispatched, cancelled or failed job is history, which the owner deletes with
+        ``purge``; a leased one (even past its lease) may be mid-dispatch: ``cancel`` it.
+        """
         return self._runner.run(calls.remove(run_id))
 
     def purge(self, before: int, limit: int) -> int:
@@ -120,7 +130,8 @@ class PgJobStore(SyncStore):
 
     def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
         """``lease`` up to ``limit`` (at most 10000) jobs in one statement, in lease order;
-        fewer (none) when no more are leasable right now."""
+        fewer (none) when no more are leasable right now, or when some were out of
+        attempts (failed as ``lease`` fails them, and left out)."""
         return self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
 
     def mark_dispatched_many(

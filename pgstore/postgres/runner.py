@@ -27,7 +27,13 @@ from psycopg_pool.pool import AddConnection, MaintenanceTask
 from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
 from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
-from pgstore.errors import InvalidArgument, PgStoreError, ReadOnlyServer, SchemaNotReady
+from pgstore.errors import (
+    InvalidArgument,
+    JobNotRemovable,
+    PgStoreError,
+    ReadOnlyServer,
+    SchemaNotReady,
+)
 from pgstore.postgres.call import Call, Columns, Function, Row, statement
 from pgstore.postgres.preparing import probe, probe_async
 from pgstore.postgres.rows import BY_POSITION
@@ -81,6 +87,8 @@ def translated(exc: psycopg.Error, schema: str) -> PgStoreError | None:
         return InvalidArgument(message, sqlstate=exc.sqlstate or "22023")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return ReadOnlyServer(exc.diag.message_primary or str(exc))
+    if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState):  # only job_remove's
+        return JobNotRemovable(exc.diag.message_primary or str(exc))
     if isinstance(exc, (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)):
         return SchemaNotReady(
             f"schema {schema!r} has no pgstore functions at this revision "
