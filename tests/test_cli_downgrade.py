@@ -108,6 +108,7 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
 
 #: What every downgrade from head to pgstore_0006 or below names first.
 ABOVE_0006 = [
+    "pgstore_0014: column store_settings.max_lease_ms and table job_fences (1 row);",
     "pgstore_0011: column schedules.catch_up;",
     "pgstore_0010: columns jobs.attempts, jobs.max_attempts, jobs.last_error, jobs.failed,"
     " schedules.consecutive_failures, store_settings.default_max_attempts;",
@@ -126,7 +127,7 @@ ABOVE_0006 = [
         # relative to the current revision, as alembic counts: down to pgstore_0001
         (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}",
          [*ABOVE_0006, "pgstore_0002: table jobs (2 rows);"]),
-        # Columns only: what each of 0011, 0010, 0009 and 0007 added.
+        # What each of 0014, 0011, 0010, 0009 and 0007 added.
         ("pgstore_0006", ABOVE_0006),
     ],
 )
@@ -146,7 +147,7 @@ def test_a_downgrade_dropping_data_without_a_terminal_needs_yes(
     assert (status, out) == (2, "")
     line = one_error_line(err)
     assert line.startswith("pgstore: error: ")
-    assert f"from {HEAD} to {target} drops, with the data in them, pgstore_0011:" in line
+    assert f"from {HEAD} to {target} drops, with the data in them, " + ABOVE_0006[0].split(":")[0] + ":" in line
     assert all(t in line + ";" for t in tables), line
     assert "--yes" in line and "nothing changed" in line
     assert _contents(dsn, schema) == before

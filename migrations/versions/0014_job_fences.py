@@ -52,6 +52,11 @@ down_revision = "pgstore_0013"
 branch_labels = None
 depends_on = None
 
+#: What this revision's downgrade drops, and the data in it: tables, and columns as
+#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this
+#: against what the downgrade drops from the catalog).
+DOWNGRADE_DROPS = ("job_fences", "store_settings.max_lease_ms")
+
 
 def upgrade() -> None:
     run_sql_beside(__file__, "0014_job_fences.up.sql")

@@ -464,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade the schema; to base (the default) drops the store and its data",
         description=(
             "Downgrade the schema to --revision. A downgrade across a revision that added "
-            "a table or a column drops it with its data: below pgstore_0011 "
+            "a table or a column drops it with its data: below pgstore_0014 the job_fences "
+            "table and store_settings.max_lease_ms; below pgstore_0011 "
             "schedules.catch_up; below pgstore_0010 the attempts, failed state and last "
             "errors; below pgstore_0009 jobs.finished_at; below pgstore_0007 "
             "jobs.lease_sequence; below pgstore_0006 store_settings; below pgstore_0002 "
