@@ -89,12 +89,14 @@ BEGIN
 
     -- The scalar subquery is an InitPlan: it runs once, walks the pending
     -- index in lease order and locks one row, skipping rows that concurrent
-    -- leasers hold locked.
+    -- leasers hold locked. token_floor() is inlined: one row at most, and
+    -- store_epoch is read once, by another InitPlan, only when a job is leased.
     RETURN QUERY
     UPDATE jobs j
        SET lease_holder = p_holder,
            lease_until = v_until,
-           lease_sequence = greatest(j.lease_sequence + 1, token_floor()),
+           lease_sequence = greatest(j.lease_sequence + 1,
+                                     token_floor_at((SELECT e.epoch FROM store_epoch e))),
            attempts = j.attempts + 1
      WHERE j.run_id = (
                SELECT c.run_id

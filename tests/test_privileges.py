@@ -61,7 +61,7 @@ API_CALLS = [
     "job_mark_dispatched_many(ARRAY['m'], 'h', ARRAY['w'])",
     "job_remove('r')",
 ]
-TABLES = ["schedules", "schedule_fences", "jobs", "store_settings"]
+TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "store_epoch"]
 #: The helpers the API functions call: internal, granted to no one.
 HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
@@ -73,7 +73,7 @@ TABLE_WRITES = [
 ]
 FIRST_COLUMN = {
     "schedules": "id", "schedule_fences": "id", "jobs": "run_id",
-    "store_settings": "max_clock_skew_ms",
+    "store_settings": "max_clock_skew_ms", "store_epoch": "epoch",
 }
 
 
