@@ -638,15 +638,21 @@ def _check_method(stores: Stores, method: str, args: list[Any]) -> None:
     )
 
 
+#: The PostgreSQL stores' owner-only method with no memory counterpart, not fuzzed here
+#: (each call lifts the floor, which the memory stores know nothing of): its bad input
+#: and what it changes are tested in tests/test_cli_fence.py.
+FENCE = {"fence_after_restore"}
+
+
 def test_every_public_method_is_covered() -> None:
     def public(cls: type) -> set[str]:
         return {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")} - LIFECYCLE
 
     for cls in (PgScheduleStore, AsyncPgScheduleStore):
-        assert public(cls) == set(SCHEDULE_METHODS) | {"stats"}, cls
+        assert public(cls) == set(SCHEDULE_METHODS) | {"stats"} | FENCE, cls
     assert public(MemoryScheduleStore) == set(SCHEDULE_METHODS)
     for job_cls in (PgJobStore, AsyncPgJobStore):
-        assert public(job_cls) == set(JOB_METHODS) | set(OPERATOR_VIEWS), job_cls
+        assert public(job_cls) == set(JOB_METHODS) | set(OPERATOR_VIEWS) | FENCE, job_cls
     assert public(MemoryJobStore) == set(JOB_METHODS) | {"forget", "list_all"}
 
 
