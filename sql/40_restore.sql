@@ -33,11 +33,14 @@ BEGIN
     v_before := token_floor_at(v_epoch);  -- 55000 when the row is missing
 
     -- M: the highest token and lease sequence this copy holds, and its floor.
-    -- Each high-water mark of a counter belongs in this greatest().
+    -- Every table that keeps a counter's value or high-water mark is one more
+    -- argument of this greatest(), after the last one (and in the COMMENT).
     SELECT greatest(v_before,
                     (SELECT max(s.fencing_token) FROM schedules s),
                     (SELECT max(f.fencing_token) FROM schedule_fences f),
-                    (SELECT max(j.lease_sequence) FROM jobs j))
+                    (SELECT max(j.lease_sequence) FROM jobs j)
+                    -- the next high-water mark goes here
+                   )
       INTO v_highest;
 
     -- The lost server handed out fewer than 2^40 per id in M's band, and in

@@ -132,6 +132,9 @@ def test_the_fence_lifts_the_floor_above_every_token_and_lease(
         fence = schedules.fence_after_restore(5)
         assert fence == Fence(3 * BAND, 9 * BAND)
         assert jobs.fence_after_restore() == Fence(9 * BAND, 11 * BAND)
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the SQL default: 1 too
+            assert conn.execute(f"SELECT * FROM {SCHEMA}.fence_after_restore()"
+                                ).fetchall() == [(11 * BAND, 13 * BAND)]
 
 
 def _patch() -> CompletePatch:

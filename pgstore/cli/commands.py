@@ -672,10 +672,12 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="the only mode, and a required flag: say that this server holds a restored copy",
     )
+    from pgstore.postgres.common_calls import DEFAULT_PROMOTIONS
+
     fence.add_argument(
         "--promotions",
         type=_promotions,
-        default=1,
+        default=DEFAULT_PROMOTIONS,
         metavar="N",
         help="promotions (or fences) the lost server may have gone through after the copy "
         "was taken (default: 1); each costs one band of 2^40 tokens",
