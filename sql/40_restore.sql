@@ -64,7 +64,8 @@ COMMENT ON FUNCTION fence_after_restore(integer) IS
 'jobs.lease_sequence and the current token_floor(). Every later claim and lease then '
 'hands out more than any the lost server can have, if it handed out fewer than '
 '2^40 per id per band and went through at most p_promotions promotions (or fences) '
-'after the copy was taken. The epoch only grows: each call lifts again, using '
+'that the copy does not show: those after the copy, and for a pg_dump or logical '
+'copy (no timeline carried) those since which it handed out nothing. The epoch only grows: each call lifts again, using '
 '1 + p_promotions bands or more of the 2^23 a bigint holds (2^13 below 2^53). '
 'Returns the floor before and after. 25006 on a standby; 22023 unless '
 'p_promotions is 0 to 1024. Owner only: not granted to the client role.';
