@@ -20,6 +20,9 @@ and the copy becomes the writer:
   sequences in its band, then dies; the second standby, which never saw the first's
   history file, is promoted onto timeline 2 as well.
 
+And a ``pg_dump`` taken right after a promotion, before any claim there: a dump does not
+carry the timeline, so that promotion counts among ``--promotions`` (the default, 1).
+
 On the copy, a claim and a lease made in a transaction that is rolled back show what a
 worker would get without a fence: 6 (the first band's 2^40 for the second standby),
 which the lost server had acknowledged. Then ``pgstore fence --after-restore`` runs on
@@ -320,3 +323,37 @@ def test_a_second_standby_promoted_onto_a_dead_standbys_timeline(
     _check_fenced("second standby promoted onto the same timeline", second, acknowledged,
                   unfenced, cli)
     assert refused[0] == 1 and "is a standby" in refused[2], refused
+
+
+def test_a_pg_dump_taken_right_after_a_promotion_needs_that_promotion_counted(
+    rig: Rig, cli: Callable[..., Any]
+) -> None:
+    """A dump does not carry the timeline: taken after a promotion but before any claim or
+    lease there, its tokens are all in the old band. ``--promotions 0`` would then set the
+    floor to the band the lost server went on in; the default, 1 (its timeline 2 - 1, as
+    docs/high-availability.md says to count), sets it above."""
+    original = rig.primary("original")
+    _setup(original)
+    standby = rig.base_backup("standby", original, standby=True)
+    _hand_out(original, 5)
+    target = original.value("SELECT pg_current_wal_lsn()::text")
+    wait_for(lambda: standby.value("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)),
+             "the standby to replay the original's WAL")
+    original.stop("immediate")
+    standby.promote()
+    assert standby.timeline() == 2
+    dump = rig.root / "store.dump"
+    standby.run("pg_dump", "-Fc", "-n", SCHEMA, "-f", str(dump), "-d", standby.dsn)
+    acknowledged = _hand_out(standby, 5)  # the promoted server's band: 2^40 and up
+    assert acknowledged[0] == (BAND, BAND)
+    standby.stop("immediate")
+
+    restored = rig.primary("restored")
+    restored.run("pg_restore", "--no-owner", "-d", restored.dsn, str(dump))
+    assert _peek(restored) == (6, 6)
+    with psycopg.connect(restored.dsn) as conn:  # counting no promotion: not enough
+        conn.execute(f"SELECT * FROM {SCHEMA}.fence_after_restore(0)")
+        assert _claim_and_lease(conn) == (BAND, BAND)  # the lost server's first, again
+        conn.rollback()
+    _check_fenced("pg_dump taken right after a promotion", restored, acknowledged,
+                  (6, 6), cli)

@@ -69,12 +69,14 @@ the client role does not have: run it as the schema's owner.
 ``fence --after-restore`` (one call of ``fence_after_restore()``) lifts the
 store's token floor above every fencing token and lease sequence the lost server
 can have handed out, allowing for ``--promotions`` (default 1) promotions or
-fences it went through after the copy was taken; it prints the floor before and
-after. Run it on a restored copy (a volume snapshot or base backup started as a
-primary, a ``pg_dump`` restored, a logical replica switched to, a second standby
-promoted onto a dead one's timeline) before any worker connects. Like ``purge``
-it needs what the client role lacks: run it as the schema's owner. On a standby
-it fails (status 1) and changes nothing.
+fences of it the copy does not show (those after the copy; for a ``pg_dump`` or
+logical copy, which do not carry the timeline, also those since which it handed
+out nothing); it prints the floor before and after. Run it on a restored copy
+(a volume snapshot or base backup started as a primary, a ``pg_dump`` restored,
+a logical replica switched to, a second standby promoted onto a dead one's
+timeline) before any worker connects. Like ``purge`` it needs what the client
+role lacks: run it as the schema's owner. On a standby it fails (status 1) and
+changes nothing.
 
 ``run MODULE:OBJECT`` (``pgstore.cli.app``) imports ``MODULE`` (the current
 directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
@@ -679,8 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_promotions,
         default=DEFAULT_PROMOTIONS,
         metavar="N",
-        help="promotions (or fences) the lost server may have gone through after the copy "
-        "was taken (default: 1); each costs one band of 2^40 tokens",
+        help="promotions (or fences) of the lost server the copy does not show: those after "
+        "it, and for a pg_dump or logical copy those since which the lost server handed out "
+        "nothing (default: 1); each costs one band of 2^40 tokens",
     )
     fence.set_defaults(run=_cmd_fence)
 

@@ -24,7 +24,8 @@ def fence_text(schema: str, fence: Fence, promotions: int) -> str:
     """The lines ``pgstore fence --after-restore`` prints for ``fence``."""
     allowed = f"{promotions} promotion{'' if promotions == 1 else 's'}"
     return "\n".join([
-        f"schema {schema!r}: fenced after a restore, allowing for {allowed} after the copy",
+        f"schema {schema!r}: fenced after a restore, allowing for {allowed} "
+        "the copy does not show",
         f"token floor before: {fence.floor_before} ({_bands(fence.floor_before)})",
         f"token floor after:  {fence.floor_after} ({_bands(fence.floor_after)})",
         "every claim and lease from now on hands out a fencing token or lease sequence of "

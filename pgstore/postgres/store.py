@@ -93,9 +93,10 @@ class SyncStore:
         """Lift ``token_floor()`` above every fencing token and lease sequence a lost
         server can have handed out (``fence_after_restore()``, one call): run on a
         restored copy before any worker connects (docs/high-availability.md).
-        ``promotions``: how many promotions (or fences) the lost server may have gone
-        through after the copy was taken, 0 to 1024. Needs EXECUTE on the function,
-        which the client role lacks: connect as the schema's owner."""
+        ``promotions``: how many promotions (or fences) of the lost server the copy does
+        not show, 0 to 1024: those after the copy, and for a ``pg_dump`` or logical copy
+        (no timeline carried) those since which it handed out nothing. Needs EXECUTE on
+        the function, which the client role lacks: connect as the schema's owner."""
         return self._runner.run(common.fence_after_restore(promotions))
 
 
