@@ -35,7 +35,7 @@ DATA_REVISIONS: dict[str, tuple[str, ...]] = {
     "pgstore_0001": ("schedules", "schedule_fences"),
     "pgstore_0002": ("jobs",),
     "pgstore_0006": ("store_settings",),  # the owner's bound on p_now, if one was set
-    "pgstore_0014": ("store_epoch",),  # the epoch a fence after a restore set, if any
+    "pgstore_0015": ("store_epoch",),  # the epoch a fence after a restore set, if any
 }
 
 

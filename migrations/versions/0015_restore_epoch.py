@@ -51,8 +51,8 @@ only in ``revision`` below (and ``down_revision``), which also set
 Frozen: runs the SQL files beside this file, as written when this revision
 was made. Changes to sql/ need a new revision.
 
-Revision ID: pgstore_0014
-Revises: pgstore_0013
+Revision ID: pgstore_0015
+Revises: pgstore_0014
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ from pathlib import Path
 
 from pgstore.schema.alembic_steps import run_sql_beside, set_schema_revision
 
-revision = "pgstore_0014"
-down_revision = "pgstore_0013"
+revision = "pgstore_0015"
+down_revision = "pgstore_0014"
 branch_labels = None
 depends_on = None
 
