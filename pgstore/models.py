@@ -16,6 +16,7 @@ __all__ = [
     "CatchUp",
     "ClaimResult",
     "CompletePatch",
+    "Fence",
     "Job",
     "JobState",
     "LastStatus",
@@ -186,6 +187,15 @@ class CancelResult(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What ``fence_after_restore`` did: ``token_floor()`` before it and after it, the
+    least fencing token and lease sequence a claim or lease hands out from now on."""
+
+    floor_before: int
+    floor_after: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0014'::text $$;
+AS $$ SELECT 'pgstore_0015'::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '
@@ -119,15 +119,51 @@ $$;
 COMMENT ON FUNCTION check_one_of(text, text, text[]) IS
 'Raises 22023 naming p_param unless p_value is one of p_allowed (kind, last_status).';
 
--- Failover. A promoted standby has not replayed the commits its old primary
--- acknowledged last, so a counter it bumps could hand out a token (or lease
--- sequence) a holder already has. Every promotion starts a new timeline, and
--- the server's timeline ID can be read by any role, so the counters are
--- lifted to at least token_floor() at every write: 2^40 * (timeline - 1). On
--- timeline 1 the floor is 0 and nothing changes; after a promotion the first
--- claim of an id jumps above everything the old timeline can have issued for
--- it, as long as it issued fewer than 2^40 (about 10^12) for that id. A
--- bigint holds the floors of timelines 1 to 2^23.
+-- Failover and restores. A promoted standby has not replayed the commits its
+-- old primary acknowledged last, so a counter it bumps could hand out a token
+-- (or lease sequence) a holder already has. Every promotion starts a new
+-- timeline, and the server's timeline ID can be read by any role, so the
+-- counters are lifted to at least token_floor() at every write:
+-- 2^40 * (timeline - 1 + epoch). A timeline, or an epoch, is a band of 2^40
+-- tokens: after a promotion the first claim of an id jumps above everything
+-- the old timeline can have issued for it, as long as it issued fewer than
+-- 2^40 (about 10^12) for that id. A bigint holds 2^23 bands; JavaScript's
+-- numbers are exact up to 2^53, the first 2^13.
+--
+-- A restore that stays on the old timeline (a base backup or volume
+-- snapshot started as a primary, a pg_dump restored into a new cluster, a
+-- logical replica switched to) or a second standby promoted onto the
+-- timeline of one that died gets no new timeline: store_epoch.epoch is what
+-- the owner lifts then, with fence_after_restore() (40_restore.sql),
+-- before any worker connects. On timeline 1 with epoch 0 the floor is 0 and
+-- nothing changes.
+
+CREATE TABLE store_epoch (
+    singleton    boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    epoch        bigint  NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    fenced_at    bigint,
+    floor_before bigint,
+    floor_after  bigint
+);
+
+INSERT INTO store_epoch DEFAULT VALUES;
+
+COMMENT ON TABLE store_epoch IS
+'The bands of 2^40 tokens token_floor() adds to the timeline''s: one row, written '
+'only by fence_after_restore(). Clients can neither read nor write it; its row '
+'must never be deleted (every claim and lease then fails).';
+COMMENT ON COLUMN store_epoch.singleton IS
+'Always true: the primary key that keeps the table to one row.';
+COMMENT ON COLUMN store_epoch.epoch IS
+'Bands added to the timeline''s: token_floor() = 2^40 * (timeline - 1 + epoch). 0 '
+'until the first fence_after_restore(); it only grows.';
+COMMENT ON COLUMN store_epoch.fenced_at IS
+'Epoch ms (database clock) of the last fence_after_restore(); NULL: never fenced.';
+COMMENT ON COLUMN store_epoch.floor_before IS
+'token_floor() just before the last fence_after_restore(); NULL: never fenced.';
+COMMENT ON COLUMN store_epoch.floor_after IS
+'token_floor() the last fence_after_restore() set (on the timeline it ran on); '
+'NULL: never fenced.';
 
 CREATE FUNCTION raise_standby() RETURNS void
 LANGUAGE plpgsql
@@ -156,16 +192,53 @@ COMMENT ON FUNCTION check_primary() IS
 'Raises 25006 naming the server as a standby when it is in recovery; the first '
 'statement of every API function that writes, so a call on a standby fails at once.';
 
-CREATE FUNCTION token_floor() RETURNS bigint
+CREATE FUNCTION raise_no_epoch() RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'object_not_in_prerequisite_state',
+        MESSAGE = 'store_epoch has no row: no fencing token or lease sequence can be handed out',
+        HINT = 'Insert it back (INSERT INTO store_epoch DEFAULT VALUES) and run '
+               'pgstore fence --after-restore before any worker connects.';
+END
+$$;
+
+COMMENT ON FUNCTION raise_no_epoch() IS
+'Raises 55000 (object_not_in_prerequisite_state) saying store_epoch lost its row; '
+'what token_floor_at calls for a NULL epoch, so no write hands out a token below '
+'the floor.';
+
+CREATE FUNCTION token_floor_at(p_epoch bigint) RETURNS bigint
 LANGUAGE sql VOLATILE
 AS $$
     -- The first 8 hex digits of a WAL file name are its timeline ID. The
-    -- product (not a shift, which wraps) raises 22003 beyond timeline 2^23.
-    SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+    -- product (not a shift, which wraps) raises 22003 beyond band 2^23.
+    -- p_epoch appears once, so a caller's (SELECT e.epoch FROM store_epoch e)
+    -- stays inlined: the planner runs it once per statement (an InitPlan).
+    SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1
+            + coalesce(p_epoch, raise_no_epoch()))
            * 1099511627776
 $$;
 
+COMMENT ON FUNCTION token_floor_at(bigint) IS
+'2^40 * (the server''s timeline ID - 1 + p_epoch); raises 55000 for a NULL p_epoch '
+'(store_epoch lost its row). The writes call it as '
+'token_floor_at((SELECT e.epoch FROM store_epoch e)): inlined, one read of '
+'store_epoch per statement. Only on a primary: check_primary first.';
+
+CREATE FUNCTION token_floor() RETURNS bigint
+LANGUAGE sql VOLATILE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+    SELECT token_floor_at((SELECT e.epoch FROM store_epoch e))
+$$;
+
 COMMENT ON FUNCTION token_floor() IS
-'2^40 * (the server''s timeline ID - 1): the least fencing token and lease '
-'sequence a write may hand out, so none goes backwards across a promotion (0 on '
-'timeline 1). Only on a primary: check_primary first.';
+'2^40 * (the server''s timeline ID - 1 + store_epoch.epoch): the least fencing token '
+'and lease sequence a write may hand out, so none goes backwards across a promotion '
+'or, once fence_after_restore() has run, a restore (0 on timeline 1 before any '
+'fence). The owner''s reading (not granted to the client role); the writes compute '
+'it inline with token_floor_at. Only on a primary.';

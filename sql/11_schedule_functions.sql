@@ -53,7 +53,7 @@ BEGIN
         VALUES (p_id, p_kind, p_spec, p_next_run_at,
                 greatest(coalesce((SELECT f.fencing_token FROM schedule_fences f
                                     WHERE f.id = p_id), 0),
-                         token_floor()),
+                         token_floor_at((SELECT e.epoch FROM store_epoch e))),
                 v_now, p_catch_up)
         ON CONFLICT (id) DO UPDATE
             SET kind = excluded.kind,
@@ -122,7 +122,6 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
-    v_floor bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('id', p_id);
@@ -130,13 +129,15 @@ BEGIN
     PERFORM check_positive('lease_ms', p_lease_ms);
     v_now := check_lease(p_now, 'lease_ms', p_lease_ms);
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
-    v_floor := token_floor();  -- once per call, not per row
 
+    -- token_floor() inlined: one row at most, and store_epoch is read once,
+    -- by an InitPlan, only when a row is claimed.
     RETURN QUERY
     UPDATE schedules s
        SET lease_owner = p_owner,
            lease_until = v_until,
-           fencing_token = greatest(s.fencing_token + 1, v_floor)
+           fencing_token = greatest(s.fencing_token + 1,
+                                    token_floor_at((SELECT e.epoch FROM store_epoch e)))
      WHERE s.id = p_id
        AND s.next_run_at IS NOT NULL
        AND s.next_run_at <= v_now
@@ -288,7 +289,6 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
-    v_floor bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('owner', p_owner);
@@ -302,7 +302,6 @@ BEGIN
     END IF;
     v_now := check_lease(p_now, 'lease_ms', p_lease_ms);
     v_until := v_now + p_lease_ms;  -- raises 22003 on overflow, never wraps
-    v_floor := token_floor();  -- once per call, not per row
 
     -- Two static statements, not one filtered by "p_ids IS NULL OR c.id =
     -- ANY (p_ids)": after a few calls plpgsql runs a generic plan, which
@@ -313,13 +312,16 @@ BEGIN
     --
     -- ARRAY(subquery) is an InitPlan: the candidates are locked and collected
     -- once, so no plan can re-scan them and claim more than p_limit rows.
+    -- token_floor() is inlined in a scalar subquery, another InitPlan: the
+    -- timeline and store_epoch are read once per call, not per row.
     IF p_ids IS NULL THEN
         RETURN QUERY
         WITH claimed AS (
             UPDATE schedules s
                SET lease_owner = p_owner,
                    lease_until = v_until,
-                   fencing_token = greatest(s.fencing_token + 1, v_floor)
+                   fencing_token = greatest(s.fencing_token + 1,
+                                            (SELECT token_floor_at((SELECT e.epoch FROM store_epoch e))))
              WHERE s.id = ANY (ARRAY(
                        SELECT c.id
                          FROM schedules c
@@ -338,7 +340,8 @@ BEGIN
             UPDATE schedules s
                SET lease_owner = p_owner,
                    lease_until = v_until,
-                   fencing_token = greatest(s.fencing_token + 1, v_floor)
+                   fencing_token = greatest(s.fencing_token + 1,
+                                            (SELECT token_floor_at((SELECT e.epoch FROM store_epoch e))))
              WHERE s.id = ANY (ARRAY(
                        SELECT c.id
                          FROM schedules c

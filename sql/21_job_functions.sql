@@ -98,7 +98,9 @@ BEGIN
     -- pending index in lease order and locks one row, skipping rows that
     -- concurrent leasers hold locked. The one on job_fences is read in this
     -- statement, with its snapshot: a row visible to it was scheduled after
-    -- any purge or remove of its run_id that the mark must cover.
+    -- any purge or remove of its run_id that the mark must cover. token_floor()
+    -- is inlined: store_epoch is read once, by another InitPlan, only when a
+    -- job is leased.
     --
     -- A job out of attempts (its last lease expired without a release) is
     -- failed instead, by the same UPDATE, and not returned: the call then
@@ -109,7 +111,9 @@ BEGIN
            SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
                lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
                lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                     THEN greatest(j.lease_sequence + 1, token_floor(),
+                                     THEN greatest(j.lease_sequence + 1,
+                                                   token_floor_at((SELECT e.epoch
+                                                                     FROM store_epoch e)),
                                                    (SELECT f.lease_sequence + 1
                                                       FROM job_fences f))
                                      ELSE j.lease_sequence END,

@@ -135,7 +135,6 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
-    v_floor bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -146,11 +145,11 @@ BEGIN
     END IF;
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
-    -- Once per call, not once per row (token_floor() is VOLATILE: inlined into
-    -- the SET list it read the WAL position for every job). One value is right
-    -- for the whole batch: a primary writes on one timeline for as long as it
-    -- runs, and check_primary() above has refused a standby.
-    v_floor := token_floor();
+    -- token_floor() once per call, not once per row: inlined in a scalar
+    -- subquery, an InitPlan (bare in the SET list it read the WAL position for
+    -- every job). One value is right for the whole batch: a primary writes on
+    -- one timeline for as long as it runs, check_primary() above has refused
+    -- a standby, and store_epoch is read in the statement's snapshot.
 
     -- job_lease's walk with LIMIT p_limit: the ARRAY() subquery is an InitPlan
     -- that runs once, walks the pending index in lease order and locks up to
@@ -168,7 +167,10 @@ BEGIN
            SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
                lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
                lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                     THEN greatest(j.lease_sequence + 1, v_floor,
+                                     THEN greatest(j.lease_sequence + 1,
+                                                   (SELECT token_floor_at(
+                                                               (SELECT e.epoch
+                                                                  FROM store_epoch e))),
                                                    (SELECT f.lease_sequence + 1
                                                       FROM job_fences f))
                                      ELSE j.lease_sequence END,

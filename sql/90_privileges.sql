@@ -53,9 +53,13 @@ REVOKE ALL ON FUNCTION check_sequence(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_primary() FROM PUBLIC;
 REVOKE ALL ON FUNCTION raise_standby() FROM PUBLIC;
 REVOKE ALL ON FUNCTION token_floor() FROM PUBLIC;
+REVOKE ALL ON FUNCTION token_floor_at(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION raise_no_epoch() FROM PUBLIC;
+REVOKE ALL ON FUNCTION fence_after_restore(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION batch_max() FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_run_ids(text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_same_length(text, anyarray, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_lease_sequences(bigint[], integer) FROM PUBLIC;
 
-REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings, job_fences FROM PUBLIC;
+REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings, job_fences, store_epoch
+    FROM PUBLIC;

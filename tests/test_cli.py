@@ -36,7 +36,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0014"
+HEAD = "pgstore_0015"
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

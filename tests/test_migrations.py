@@ -759,6 +759,64 @@ def test_upgrade_from_0013_fences_the_job_store_over_stored_jobs_and_downgrade_b
         assert jobs(conn) == []
     migrate(dsn, "mig14_upgraded", "pgstore_0014")
     assert current_revision(dsn, "mig14_upgraded") == "pgstore_0014"
+def test_upgrade_to_the_restore_epoch_keeps_the_floor_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """The restore epoch's revision (the head) adds store_epoch at epoch 0: over rows the
+    revision before it wrote, the floor and the next tokens are unchanged, the client role
+    still claims and leases, only the owner fences; the downgrade keeps the rows and
+    leaves a catalog equal to the revision before."""
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_revision("head")
+    assert head is not None and head.revision == pgstore.HEAD_REVISION
+    before_rev = str(head.down_revision)
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "epoch_upgraded", before_rev)
+    migrate(dsn, "epoch_reference", before_rev)
+    client = f"epoch_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+
+    def rows(conn: psycopg.Connection[Any]) -> list[Any]:
+        return [conn.execute(f"SELECT * FROM epoch_upgraded.{t} ORDER BY 1").fetchall()
+                for t in ("schedules", "schedule_fences", "jobs")]
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = epoch_upgraded")
+        conn.execute("SELECT * FROM schedule_register('s', 'interval', '1', 0, 0)")
+        conn.execute("SELECT * FROM schedule_register('gone', 'interval', '1', 0, 0)")
+        conn.execute("SELECT * FROM schedule_claim_due('gone', 'w', 10, 1000)")
+        conn.execute("SELECT schedule_delete('gone')")
+        conn.execute("SELECT * FROM schedule_claim_due('s', 'w', 10, 1000)")
+        conn.execute("SELECT job_schedule('j', 0)")
+        conn.execute("SELECT * FROM job_lease('h', 10, 1000)")
+        kept = rows(conn)
+
+    migrate(dsn, "epoch_upgraded")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = epoch_upgraded")
+        assert rows(conn) == kept
+        assert conn.execute("SELECT epoch, fenced_at FROM store_epoch").fetchall() == [(0, None)]
+        assert conn.execute("SELECT token_floor()").fetchone() == (0,)
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        assert conn.execute("SELECT fencing_token FROM schedule_claim_due('s', 'w', 2000, 1000)"
+                            ).fetchone() == (2,)
+        assert conn.execute("SELECT lease_sequence FROM job_lease('h', 2000, 1000)"
+                            ).fetchone() == (2,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM fence_after_restore()")
+        conn.execute("RESET ROLE")
+        assert conn.execute("SELECT * FROM fence_after_restore(0)").fetchone() == (0, 2**40)
+        assert conn.execute("SELECT fencing_token FROM schedule_claim_due('s', 'w', 4000, 1000)"
+                            ).fetchone() == (2**40,)
+        after = rows(conn)
+
+    downgrade(dsn, "epoch_upgraded", before_rev)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "epoch_upgraded") == catalog(conn, "epoch_reference")
+        assert conn.execute("SELECT epoch_upgraded.schema_revision()").fetchone() == (
+            before_rev,)
+        assert rows(conn) == after
+    migrate(dsn, "epoch_upgraded")
+    assert current_revision(dsn, "epoch_upgraded") == pgstore.HEAD_REVISION
 
 
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:

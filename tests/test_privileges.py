@@ -66,7 +66,7 @@ API_CALLS = [
     "job_schedule('x', 0)",
     "job_remove('x')",
 ]
-TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "job_fences"]
+TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "job_fences", "store_epoch"]
 #: The helpers the API functions call: internal, granted to no one.
 HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
@@ -79,6 +79,7 @@ TABLE_WRITES = [
 FIRST_COLUMN = {
     "schedules": "id", "schedule_fences": "id", "jobs": "run_id",
     "store_settings": "max_clock_skew_ms", "job_fences": "lease_sequence",
+    "store_epoch": "epoch",
 }
 
 

@@ -13,6 +13,7 @@
     pgstore retry     [--dsn DSN] [--schema NAME] RUN_ID [--at MS]
     pgstore status    [--dsn DSN] [--schema NAME]
     pgstore purge     [--dsn DSN] [--schema NAME] --older-than AGE [--batch N]
+    pgstore fence     [--dsn DSN] [--schema NAME] --after-restore [--promotions N]
     pgstore run       MODULE:OBJECT [--log-level LEVEL]
 
 The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
@@ -65,6 +66,18 @@ finished (dispatched, or cancelled before their dispatch) more than ``AGE``
 at a time (default 1000), one progress line per batch on stderr and the total
 on stdout. Unlike the other commands it needs EXECUTE on ``job_purge``, which
 the client role does not have: run it as the schema's owner.
+
+``fence --after-restore`` (one call of ``fence_after_restore()``) lifts the
+store's token floor above every fencing token and lease sequence the lost server
+can have handed out, allowing for ``--promotions`` (default 1) promotions or
+fences of it the copy does not show (those after the copy; for a ``pg_dump`` or
+logical copy, which do not carry the timeline, also those since which it handed
+out nothing); it prints the floor before and after. Run it on a restored copy
+(a volume snapshot or base backup started as a primary, a ``pg_dump`` restored,
+a logical replica switched to, a second standby promoted onto a dead one's
+timeline) before any worker connects. Like ``purge`` it needs what the client
+role lacks: run it as the schema's owner. On a standby it fails (status 1) and
+changes nothing.
 
 ``run MODULE:OBJECT`` (``pgstore.cli.app``) imports ``MODULE`` (the current
 directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
@@ -343,6 +356,22 @@ def _cmd_purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fence(args: argparse.Namespace) -> int:
+    from pgstore.cli.fence import fence_text
+    from pgstore.postgres.schedules import PgScheduleStore
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgScheduleStore(conn, schema=args.schema)
+        try:
+            store.start()  # SchemaNotReady, saying what to run, when not at head
+            fence = store.fence_after_restore(args.promotions)
+        finally:
+            store.close()
+    print(fence_text(args.schema, fence, args.promotions))
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pgstore.cli.app import MetricsOptions, load_runtime, logging_to_stderr, serve
 
@@ -416,6 +445,19 @@ def _batch(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _promotions(text: str) -> int:
+    from pgstore.postgres.common_calls import PROMOTIONS_MAX
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= PROMOTIONS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"not a count of promotions (0 to {PROMOTIONS_MAX}): {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (defaults read from the environment now)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -464,7 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade the schema; to base (the default) drops the store and its data",
         description=(
             "Downgrade the schema to --revision. A downgrade across a revision that added "
-            "a table or a column drops it with its data: below pgstore_0014 the job_fences "
+            "a table or a column drops it with its data: below pgstore_0015 the store_epoch "
+            "table; below pgstore_0014 the job_fences "
             "table and store_settings.max_lease_ms; below pgstore_0011 "
             "schedules.catch_up; below pgstore_0010 the attempts, failed state and last "
             "errors; below pgstore_0009 jobs.finished_at; below pgstore_0007 "
@@ -612,6 +655,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs deleted per call (per transaction; default: 1000)",
     )
     purge.set_defaults(run=_cmd_purge)
+
+    fence = commands.add_parser(
+        "fence",
+        parents=[common],
+        help="after a restore, before any worker connects: lift every future fencing "
+        "token and lease sequence above the lost server's",
+        description=(
+            "Run on a restored copy of the store before any worker connects to it: a "
+            "volume snapshot or base backup started as a primary, a pg_dump restored into "
+            "a new cluster, a logical replica switched to, or a second standby promoted "
+            "onto the timeline of one that died. These keep the timeline, so without a "
+            "fence the next claims and leases hand out again the fencing tokens and lease "
+            "sequences the lost server acknowledged after the copy was taken. One call of "
+            "fence_after_restore(): the token floor becomes 2^40 * (M div 2^40 + 1 + N), "
+            "M the highest token, lease sequence or floor in the copy. Prints the floor "
+            "before and after. Each run lifts again. Needs EXECUTE on fence_after_restore "
+            "(not granted to the client role): run it as the schema's owner. On a standby: "
+            "exit status 1, nothing changed."
+        ),
+    )
+    fence.add_argument(
+        "--after-restore",
+        action="store_true",
+        required=True,
+        help="the only mode, and a required flag: say that this server holds a restored copy",
+    )
+    from pgstore.postgres.common_calls import DEFAULT_PROMOTIONS
+
+    fence.add_argument(
+        "--promotions",
+        type=_promotions,
+        default=DEFAULT_PROMOTIONS,
+        metavar="N",
+        help="promotions (or fences) of the lost server the copy does not show: those after "
+        "it, and for a pg_dump or logical copy those since which the lost server handed out "
+        "nothing (default: 1); each costs one band of 2^40 tokens",
+    )
+    fence.set_defaults(run=_cmd_fence)
 
     run = commands.add_parser(
         "run",

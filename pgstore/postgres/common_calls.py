@@ -1,15 +1,25 @@
-"""Calls of the functions every schema has: the clock, the revision, the gauges."""
+"""Calls of the functions every schema has: the clock, the revision, the gauges, the
+fence after a restore (the owner's)."""
 
 from __future__ import annotations
 
 from pgstore import _validate as v
-from pgstore.models import StoreStats
+from pgstore.errors import InvalidArgument
+from pgstore.models import Fence, StoreStats
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call, Function
 
 NOW_MS = Function("now_ms", ())
 SCHEMA_REVISION = Function("schema_revision", ())
 STORE_STATS = Function("store_stats", ("bigint",))
+FENCE_AFTER_RESTORE = Function("fence_after_restore", ("integer",))
+TOKEN_FLOOR = Function("token_floor", ())
+
+#: How many promotions (or fences) after the copy ``fence_after_restore`` allows for
+#: unless told: one failover the copy did not see. The SQL function's default too.
+DEFAULT_PROMOTIONS = 1
+#: The most it takes (``sql/40_restore.sql``): each one spends a band of 2^40.
+PROMOTIONS_MAX = 1024
 
 
 def now_ms() -> Call[int]:
@@ -23,3 +33,10 @@ def schema_revision() -> Call[str]:
 def store_stats(now: int | None) -> Call[StoreStats]:
     v.integer("now", now)
     return Call(STORE_STATS, (now,), _rows.store_stats)
+
+
+def fence_after_restore(promotions: int) -> Call[Fence]:
+    v.integer("promotions", promotions, maximum=v.INTEGER_MAX)
+    if promotions is None or not 0 <= promotions <= PROMOTIONS_MAX:
+        raise InvalidArgument(f"promotions must be an integer from 0 to {PROMOTIONS_MAX}")
+    return Call(FENCE_AFTER_RESTORE, (promotions,), _rows.fence)

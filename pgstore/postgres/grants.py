@@ -2,7 +2,8 @@
 
 Every function a store method calls is granted, and nothing else (the
 ``check_*`` helpers are not), except those that only the owner runs
-(``OWNER_FUNCTIONS``: ``job_purge`` deletes history): a test checks both lists
+(``OWNER_FUNCTIONS``: ``job_purge`` deletes history, ``fence_after_restore`` lifts every
+future token, ``token_floor`` reads the floor): a test checks both lists
 against ``pg_proc``.
 Revisions keep frozen lists of their own.
 """
@@ -18,7 +19,9 @@ __all__ = ["CLIENT_FUNCTIONS", "MONITOR_FUNCTIONS", "OWNER_FUNCTIONS"]
 
 #: SECURITY DEFINER functions granted to no client: only the owner (or a role the DBA
 #: grants EXECUTE) runs them.
-OWNER_FUNCTIONS: tuple[Function, ...] = (jobs.PURGE,)
+OWNER_FUNCTIONS: tuple[Function, ...] = (
+    common.TOKEN_FLOOR, jobs.PURGE, common.FENCE_AFTER_RESTORE
+)
 
 #: The functions the current schema grants the client role, in sql/ order: every
 #: SECURITY DEFINER function of the store but OWNER_FUNCTIONS, plus ``now_ms`` (the store's clock).

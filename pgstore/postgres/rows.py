@@ -17,6 +17,7 @@ from pgstore.errors import PgStoreError
 from pgstore.models import (
     CancelResult,
     ClaimResult,
+    Fence,
     Job,
     JobPage,
     MarkResult,
@@ -178,6 +179,10 @@ def renewed(rows: Sequence[Row], columns: Columns) -> list[bool]:
 
 def store_stats(rows: Sequence[Row], columns: Columns) -> StoreStats:
     return _one(StoreStats, rows[0], columns)
+
+
+def fence(rows: Sequence[Row], columns: Columns) -> Fence:
+    return _one(Fence, rows[0], columns)
 
 
 #: The enums' members by value (calling the enum looks its value up in Python code); an

@@ -9,7 +9,7 @@ import asyncio
 from typing import TypeVar
 
 from pgstore.errors import SchemaNotReady
-from pgstore.models import StoreStats
+from pgstore.models import Fence, StoreStats
 from pgstore.postgres import common_calls as common
 from pgstore.postgres.runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
 from pgstore.schema.objects import DEFAULT_SCHEMA
@@ -89,6 +89,16 @@ class SyncStore:
         both stores' (``store_stats()``), whichever store asks."""
         return self._runner.run(common.store_stats(now))
 
+    def fence_after_restore(self, promotions: int = common.DEFAULT_PROMOTIONS) -> Fence:
+        """Lift ``token_floor()`` above every fencing token and lease sequence a lost
+        server can have handed out (``fence_after_restore()``, one call): run on a
+        restored copy before any worker connects (docs/high-availability.md).
+        ``promotions``: how many promotions (or fences) of the lost server the copy does
+        not show, 0 to 1024: those after the copy, and for a ``pg_dump`` or logical copy
+        (no timeline carried) those since which it handed out nothing. Needs EXECUTE on
+        the function, which the client role lacks: connect as the schema's owner."""
+        return self._runner.run(common.fence_after_restore(promotions))
+
 
 class AsyncStore:
     """A store over an asyncio source: conninfo (own pool), ``AsyncConnection`` or
@@ -142,3 +152,7 @@ class AsyncStore:
     async def stats(self, now: int | None = None) -> StoreStats:
         """See ``SyncStore.stats``."""
         return await self._runner.run(common.store_stats(now))
+
+    async def fence_after_restore(self, promotions: int = common.DEFAULT_PROMOTIONS) -> Fence:
+        """``SyncStore.fence_after_restore``."""
+        return await self._runner.run(common.fence_after_restore(promotions))

@@ -6,6 +6,7 @@ when the revision was made. Later changes go to sql/ and a new revision.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,21 @@ def offline_create_schema(schema: str) -> str:
 def run_sql_beside(revision_file: str, sql_name: str) -> None:
     """Run ``sql_name`` (a file beside ``revision_file``) in the target schema."""
     run_sql((Path(revision_file).parent / sql_name).read_text())
+
+
+def set_schema_revision(revision_id: str) -> None:
+    """Make the target schema's ``schema_revision()`` return ``revision_id`` (CREATE OR
+    REPLACE: owner, grants and comment kept). What a revision that names its own id only
+    in its module (``revision``, ``down_revision``) runs after its SQL file."""
+    if re.fullmatch(r"[A-Za-z0-9_]{1,63}", revision_id) is None:
+        raise InvalidArgument(f"not a revision id: {revision_id!r}")
+    run_sql(
+        "CREATE OR REPLACE FUNCTION schema_revision() RETURNS text\n"
+        "LANGUAGE sql IMMUTABLE\n"
+        "SECURITY DEFINER\n"
+        "SET search_path FROM CURRENT\n"
+        f"AS $$ SELECT '{revision_id}'::text $$;\n"
+    )
 
 
 def run_sql(script: str) -> None:
