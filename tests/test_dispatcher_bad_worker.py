@@ -135,7 +135,8 @@ def test_one_bad_worker_id_costs_only_its_own_job(store: JobStore, batch_size: i
 def test_the_bad_job_on_its_last_attempt_fails_for_good(store: JobStore) -> None:
     store.schedule(BAD, store.now_ms(), max_attempts=1)
     provider = Provider()
-    d = Dispatcher(store, provider.dispatch, provider.recall, holder="d1", listen=False)
+    d = Dispatcher(store, provider.dispatch, provider.recall, holder="d1", listen=False,
+                   mark_timeout=2.0)
 
     async def main() -> None:
         await d.start()

@@ -6,7 +6,8 @@ sends the bot and returns its worker id (or None). Then ``mark_dispatched``:
 when the answer is ``cancelled`` (a cancel arrived meanwhile) or not
 ``recorded`` (the lease was lost and another holder took the job), the user's
 ``recall(job, worker_id)`` is called so the bot leaves at once. When
-``dispatch`` raises, the job is released, with the error's text, for a retry at
+``dispatch`` raises, the job is released, with the error's text (through
+``redact_error``, ``pgstore.runtime.redact``), for a retry at
 a time given by ``backoff`` for the job's **stored** attempt count (the lease
 counted it: a restarted dispatcher continues from it, it does not start over).
 The release of a job's last attempt (``attempts >= max_attempts``) fails the job
@@ -81,7 +82,7 @@ from typing import Any, Literal
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument, NotPermitted
-from pgstore.models import ERROR_MAX_CHARS, Job, MarkResult
+from pgstore.models import Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
@@ -109,6 +110,7 @@ from pgstore.runtime.events import (
     Subscriber,
 )
 from pgstore.runtime.keeper import LostReason, keep_lease
+from pgstore.runtime.redact import RedactError, error_text, redact_secrets
 from pgstore.runtime.stores import as_async_job_store
 from pgstore.runtime.transient import is_permanent
 
@@ -180,7 +182,11 @@ class Dispatcher(Runtime):
     ``purge_batch`` (jobs per call, default 1000) shape it; see the module's doc.
     ``batch_size`` (default 500, at most 10000) caps the jobs one lease, mark or renew
     call carries; ``concurrency`` caps the dispatches running at once (for a burst of
-    ``async def`` provider calls, hundreds).
+    ``async def`` provider calls, hundreds). ``redact_error`` turns the exception a
+    dispatch raised into the text the release stores as the job's ``last_error``
+    (readable by whoever reads the jobs): by default ``redact_secrets`` (credential-like
+    values such as ``api_key=...`` replaced by ``***``), None keeps it verbatim; see
+    ``pgstore.runtime.redact``.
     """
 
     log = log
@@ -206,11 +212,14 @@ class Dispatcher(Runtime):
         purge_interval: float = PURGE_INTERVAL,
         purge_batch: int = PURGE_BATCH,
         batch_size: int = BATCH_SIZE,
+        redact_error: RedactError | None = redact_secrets,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
         if recall is not None and not callable(recall):
             raise InvalidArgument("recall must be callable")
+        if redact_error is not None and not callable(redact_error):
+            raise InvalidArgument("redact_error must be callable or None")
         jobs = as_async_job_store(store)
         super().__init__(
             store,
@@ -227,6 +236,8 @@ class Dispatcher(Runtime):
         self.recall = recall
         self._dispatch_is_async = is_async_callable(dispatch)
         self.backoff = backoff or Backoff()
+        #: The exception -> ``last_error`` text hook (None: verbatim); see ``redact``.
+        self.redact_error = redact_error
         self.mark_timeout = positive_seconds("mark_timeout", mark_timeout)
         #: Retention: jobs finished this many ms ago are purged (None: never).
         self.purge_after_ms = _purge_after_ms(purge_after)
@@ -544,7 +555,9 @@ class Dispatcher(Runtime):
         attempt = max(job.attempts, 1)
         log.error("%s: %s of %s failed (attempt %d of %d)", self.holder, what,
                   job.run_id, attempt, job.max_attempts, exc_info=exc)
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
+        # Through redact_error before it leaves the process (a failing hook falls back
+        # to a text without the message: the release is never lost to it).
+        error = error_text(exc, self.redact_error)
         retry_at: int | None = None
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
