@@ -81,6 +81,17 @@ def name(param: str, value: object) -> str:
     return value
 
 
+def worker_id(param: str, value: object) -> str | None:
+    """A worker id, as sql/21_job_functions.sql's job_mark_dispatched and
+    sql/22_job_batches.sql's job_mark_dispatched_many check it: None, or a string
+    (empty allowed) of at most 1024 characters that PostgreSQL can store (``text``)."""
+    text(param, value)
+    if isinstance(value, str) and len(value) > NAME_MAX_CHARS:
+        raise InvalidArgument(f"{param} must be a string of at most 1024 characters")
+    assert value is None or isinstance(value, str)
+    return value
+
+
 def positive(param: str, value: object, *, maximum: int = BIGINT_MAX) -> int:
     """A positive integer (lease_ms, ttl_ms, limit)."""
     integer(param, value, maximum=maximum)

@@ -170,9 +170,7 @@ class MemoryJobStore:
     ) -> MarkResult:
         v.name("run_id", run_id)
         v.name("holder", holder)
-        v.text("worker_id", worker_id)
-        if worker_id is not None and len(worker_id) > v.NAME_MAX_CHARS:
-            raise InvalidArgument("worker_id must be a string of at most 1024 characters")
+        v.worker_id("worker_id", worker_id)
         _check_sequence(lease_sequence)
         with self._lock:
             job = self._jobs.get(run_id)

@@ -22,6 +22,11 @@ Whatever the policy, a run in progress is never overlapped: its lease is held, s
 store claims nothing for the schedule until the run completes (or its lease expires),
 and only the completion moves ``next_run_at``.
 
+The scheduler computes ``all``'s next occurrence with ``advance``, in a worker thread
+(never in its event loop: at ``limit`` 10,000 the first pass takes seconds), and keeps
+the ``Backlog`` it returns for the schedule's next completion, which then costs only
+the occurrences that fell due since (``advance``'s doc).
+
 Everything here is a pure function of its arguments and of a schedule's
 ``Occurrences``: ``following(t)``, its first occurrence strictly after ``t``
 (``next_cron`` or ``next_interval``), and ``between(t, u)``, its occurrences in
@@ -31,6 +36,7 @@ Everything here is a pure function of its arguments and of a schedule's
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +47,9 @@ __all__ = [
     "DEFAULT_GRACE_MS",
     "DEFAULT_LIMIT",
     "MAX_LIMIT",
+    "Backlog",
     "Occurrences",
+    "advance",
     "backlog",
     "next_after",
     "runs",
@@ -102,3 +110,39 @@ def backlog(occurrences: Occurrences, after: int, now: int, limit: int) -> list[
         if len(found) >= limit or start == after:
             return found[-limit:]
         width *= 2
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What ``advance`` found due, for the schedule's next completion: ``due``, the
+    ``limit`` latest occurrences in ``(completed, until]`` oldest first, where
+    ``completed`` is the occurrence just completed; every occurrence from ``due[0]``
+    to ``until`` is in it (only older ones are cut)."""
+
+    due: tuple[int, ...]
+    until: int
+
+
+def advance(
+    occurrences: Occurrences, last: Backlog | None, scheduled_at: int, now: int, limit: int
+) -> tuple[int, Backlog]:
+    """``next_after("all", ...)`` and the ``Backlog`` to pass to the next call.
+
+    When ``last`` (this schedule's previous answer) holds ``scheduled_at`` and ends no
+    later than ``now``, the occurrences after ``scheduled_at`` in it are reused and
+    only those in ``(last.until, now]`` are read (at most ``limit`` of them, as
+    ``backlog`` reads them): a catch-up of ``limit`` runs reads its occurrences once,
+    not once per run. Otherwise (the first completion, or the record moved on
+    elsewhere) it is ``backlog``'s pass. The answer is the same either way.
+    """
+    v.positive("limit", limit, maximum=MAX_LIMIT)
+    due: tuple[int, ...] | None = None
+    if last is not None and last.until <= now:
+        at = bisect.bisect_left(last.due, scheduled_at)
+        if at < len(last.due) and last.due[at] == scheduled_at:
+            fresh = backlog(occurrences, last.until, now, limit) if now > last.until else []
+            due = (last.due[at + 1:] + tuple(fresh))[-limit:]
+    if due is None:
+        due = tuple(backlog(occurrences, scheduled_at, now, limit))
+    upcoming = due[0] if due else occurrences.following(scheduled_at)
+    return upcoming, Backlog(due, now)

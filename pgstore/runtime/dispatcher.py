@@ -6,7 +6,8 @@ sends the bot and returns its worker id (or None). Then ``mark_dispatched``:
 when the answer is ``cancelled`` (a cancel arrived meanwhile) or not
 ``recorded`` (the lease was lost and another holder took the job), the user's
 ``recall(job, worker_id)`` is called so the bot leaves at once. When
-``dispatch`` raises, the job is released, with the error's text, for a retry at
+``dispatch`` raises, the job is released, with the error's text (through
+``redact_error``, ``pgstore.runtime.redact``), for a retry at
 a time given by ``backoff`` for the job's **stored** attempt count (the lease
 counted it: a restarted dispatcher continues from it, it does not start over).
 The release of a job's last attempt (``attempts >= max_attempts``) fails the job
@@ -19,7 +20,16 @@ repeat for the same holder, so a failed one (a lost connection, a server
 outage) is retried for up to ``mark_timeout`` seconds; when no attempt has
 answered by then, the bot is recalled (it may be sent again once the lease
 expires, and must not stay twice). ``release`` is not retried (the lease
-expires instead).
+expires instead). A refusal for a bad argument (``InvalidArgument``, 22023) is
+never retried: it changed nothing and would be refused again. The worker id
+``dispatch`` returned is checked (``pgstore._validate.worker_id``, the SQL's
+rule: at most 1024 characters, no NUL) before its mark is sent, alone or in a
+batch; a bad one, or any mark refused with ``InvalidArgument``, is handled the
+same on both paths: the bot is recalled (``Recall`` reason ``unrecorded``,
+``Complete`` outcome ``failed``) and the job released with the refusal's text
+like a dispatch that raised (a retry at its backoff, or failed for good on its
+last attempt). A batch refused as a whole is split until only the bad job gets
+the refusal, so the others are marked once and never recalled.
 
 The ``Job`` handed to ``dispatch`` carries its ``lease_sequence``, which grows
 with every lease of the job and never goes backwards, even across a failover:
@@ -72,7 +82,7 @@ from typing import Any, Literal
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument, NotPermitted
-from pgstore.models import ERROR_MAX_CHARS, Job, MarkResult
+from pgstore.models import Job, MarkResult
 from pgstore.postgres.listen import JobListener
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
@@ -100,7 +110,9 @@ from pgstore.runtime.events import (
     Subscriber,
 )
 from pgstore.runtime.keeper import LostReason, keep_lease
+from pgstore.runtime.redact import RedactError, error_text, redact_secrets
 from pgstore.runtime.stores import as_async_job_store
+from pgstore.runtime.transient import is_permanent
 
 __all__ = ["Backoff", "Dispatcher"]
 
@@ -170,7 +182,11 @@ class Dispatcher(Runtime):
     ``purge_batch`` (jobs per call, default 1000) shape it; see the module's doc.
     ``batch_size`` (default 500, at most 10000) caps the jobs one lease, mark or renew
     call carries; ``concurrency`` caps the dispatches running at once (for a burst of
-    ``async def`` provider calls, hundreds).
+    ``async def`` provider calls, hundreds). ``redact_error`` turns the exception a
+    dispatch raised into the text the release stores as the job's ``last_error``
+    (readable by whoever reads the jobs): by default ``redact_secrets`` (credential-like
+    values such as ``api_key=...`` replaced by ``***``), None keeps it verbatim; see
+    ``pgstore.runtime.redact``.
     """
 
     log = log
@@ -196,11 +212,14 @@ class Dispatcher(Runtime):
         purge_interval: float = PURGE_INTERVAL,
         purge_batch: int = PURGE_BATCH,
         batch_size: int = BATCH_SIZE,
+        redact_error: RedactError | None = redact_secrets,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
         if recall is not None and not callable(recall):
             raise InvalidArgument("recall must be callable")
+        if redact_error is not None and not callable(redact_error):
+            raise InvalidArgument("redact_error must be callable or None")
         jobs = as_async_job_store(store)
         super().__init__(
             store,
@@ -217,6 +236,8 @@ class Dispatcher(Runtime):
         self.recall = recall
         self._dispatch_is_async = is_async_callable(dispatch)
         self.backoff = backoff or Backoff()
+        #: The exception -> ``last_error`` text hook (None: verbatim); see ``redact``.
+        self.redact_error = redact_error
         self.mark_timeout = positive_seconds("mark_timeout", mark_timeout)
         #: Retention: jobs finished this many ms ago are purged (None: never).
         self.purge_after_ms = _purge_after_ms(purge_after)
@@ -230,10 +251,14 @@ class Dispatcher(Runtime):
         #: How many jobs the next lease call asks for: 1 when idle, doubling up to
         #: ``batch_size`` while the calls come back full.
         self._batch = 1
+        # A batch refused as a whole for a bad argument (which changed nothing) is split
+        # until the bad job alone gets the refusal: one bad job never costs the others.
         self._marks: Batcher[tuple[Job, str | None], MarkResult] = Batcher(
-            self._mark_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
+            self._mark_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT,
+            split=is_permanent)
         self._renews: Batcher[Job, bool] = Batcher(
-            self._renew_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT)
+            self._renew_many, max_batch=self.batch_size, max_in_flight=CALLS_IN_FLIGHT,
+            split=is_permanent)
         #: Lease calls made (for the bench and the tests).
         self.lease_calls = 0
         self._listener: JobListener | None = None
@@ -408,9 +433,19 @@ class Dispatcher(Runtime):
                 return "released"
             self._ran(job, "ok", started)
             worker_id = None if result is None else str(result)
-            mark, attempts = await self._mark_dispatched(job, worker_id)
+            refused: InvalidArgument | None = None
+            try:
+                # The worker id is checked here, by the rule the SQL applies, before
+                # the mark joins a batch: a bad one never reaches a batch call.
+                v.worker_id("worker_id", worker_id)
+                mark, attempts = await self._mark_dispatched(job, worker_id)
+            except InvalidArgument as exc:
+                refused, mark, attempts = exc, None, 1
         finally:
             keepers.done(job)
+        if refused is not None:
+            await self._mark_refused(job, worker_id, refused)
+            return "released"
         reason: Literal["cancelled", "taken", "unrecorded"]
         if mark is None:
             self._completed(job, "failed", attempts, worker_id)
@@ -430,7 +465,26 @@ class Dispatcher(Runtime):
                                   token=job.lease_sequence))
             why = "cancelled meanwhile" if mark.cancelled else "lease taken by another holder"
             reason = "cancelled" if mark.cancelled else "taken"
-        log.warning("%s: %s: %s; recalling %s", self.holder, job.run_id, why, worker_id)
+        await self._recall(job, worker_id, why, reason)
+        return "failed" if mark is None else ("cancelled" if mark.recorded else "rejected")
+
+    async def _mark_refused(self, job: Job, worker_id: str | None,
+                            exc: InvalidArgument) -> None:
+        """The mark of ``job`` was refused for a bad argument (a worker id over 1024
+        characters, or with a NUL): no retry can record it. The bot was sent, so it is
+        recalled (``Recall`` reason ``unrecorded``, ``Complete`` outcome ``failed``),
+        and the job released with the refusal's text, as when ``dispatch`` raises: for
+        a retry at the backoff of its stored attempts, or failed for good when this
+        lease was its last. The same for a job marked alone or in a batch."""
+        self._completed(job, "failed", 1, worker_id)
+        await self._recall(job, worker_id, f"mark_dispatched refused: {exc}", "unrecorded")
+        await self._retry_later(job, exc, "mark_dispatched")
+
+    async def _recall(self, job: Job, worker_id: str | None, why: str,
+                      reason: Literal["cancelled", "taken", "unrecorded"]) -> None:
+        """Call ``recall(job, worker_id)`` (when given) and report it."""
+        log.warning("%s: %s: %s; recalling %s", self.holder, job.run_id, why,
+                    _short(worker_id))
         recalled: Literal["ok", "error", "none"] = "none"
         if self.recall is not None:
             try:
@@ -443,7 +497,6 @@ class Dispatcher(Runtime):
         self.emit(Recall(runtime="dispatcher", owner=self.holder, subject=job.run_id,
                          token=job.lease_sequence, worker_id=worker_id, reason=reason,
                          outcome=recalled))
-        return "failed" if mark is None else ("cancelled" if mark.recorded else "rejected")
 
     def _ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],
              started: float) -> None:
@@ -466,7 +519,9 @@ class Dispatcher(Runtime):
     ) -> tuple[MarkResult | None, int]:
         """The mark's answer and how many attempts it took, retried while it fails for up
         to ``mark_timeout`` seconds (an attempt in flight is never cut short: it may
-        commit); None for the answer past that."""
+        commit); None for the answer past that. A permanent refusal
+        (``InvalidArgument``: a bad argument, nothing changed) is never retried: it is
+        raised at once."""
         give_up_at = time.monotonic() + self.mark_timeout
         attempt = 0
         while True:
@@ -475,6 +530,13 @@ class Dispatcher(Runtime):
                 answer = await self._marks.submit((job, worker_id))
                 return answer, attempt
             except Exception as exc:
+                if is_permanent(exc):
+                    log.error("%s: mark_dispatched of %s refused: %s: %s", self.holder,
+                              job.run_id, type(exc).__name__, exc)
+                    if isinstance(exc, InvalidArgument):
+                        raise
+                    raise InvalidArgument(str(exc), sqlstate=getattr(exc, "sqlstate", None)
+                                          or "22023") from exc
                 left = give_up_at - time.monotonic()
                 log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
                             "%s: %s", self.holder, job.run_id, attempt, max(left, 0.0),
@@ -485,14 +547,17 @@ class Dispatcher(Runtime):
                     return None, attempt
                 await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
 
-    async def _retry_later(self, job: Job, exc: Exception) -> None:
-        """Release ``job`` with ``exc``'s text after its dispatch raised: for a retry at the
-        backoff of its stored attempts (what the lease counted, this one included), or,
-        when this lease was its last, to fail it for good."""
+    async def _retry_later(self, job: Job, exc: Exception, what: str = "dispatch") -> None:
+        """Release ``job`` with ``exc``'s text after its ``what`` (dispatch, or a refused
+        mark_dispatched) failed: for a retry at the backoff of its stored attempts (what
+        the lease counted, this one included), or, when this lease was its last, to fail
+        it for good."""
         attempt = max(job.attempts, 1)
-        log.exception("%s: dispatch of %s failed (attempt %d of %d)", self.holder,
-                      job.run_id, attempt, job.max_attempts)
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]
+        log.error("%s: %s of %s failed (attempt %d of %d)", self.holder, what,
+                  job.run_id, attempt, job.max_attempts, exc_info=exc)
+        # Through redact_error before it leaves the process (a failing hook falls back
+        # to a text without the message: the release is never lost to it).
+        error = error_text(exc, self.redact_error)
         retry_at: int | None = None
         try:
             retry_at = await self.now() + self.backoff.delay_ms(attempt)
@@ -632,6 +697,13 @@ def _purge_after_ms(value: object) -> int | None:
             raise InvalidArgument("purge_after must be a positive age")
         value = value // timedelta(milliseconds=1)
     return v.positive("purge_after", value)
+
+
+def _short(worker_id: str | None) -> str | None:
+    """A worker id for a log line: at most 100 characters of it."""
+    if worker_id is None or len(worker_id) <= 100:
+        return worker_id
+    return f"{worker_id[:100]}... ({len(worker_id)} characters)"
 
 
 def _sequence(job: Job) -> int | None:

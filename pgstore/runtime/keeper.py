@@ -5,7 +5,8 @@ never dies silently: every failure of a renew (the clock read included) is
 logged and retried, and it ends in exactly two ways:
 
 * cancelled by its owner once the work is done (the normal end), or
-* lease lost: the store refused a renew, or renews kept failing (raising, or
+* lease lost: the store refused a renew (answered False, or raised a permanent
+  error: ``InvalidArgument``, never retried), or renews kept failing (raising, or
   hanging) until the local deadline. The deadline is measured with the local
   monotonic clock from the moment before the clock read of the last renew that
   succeeded (or of the claim), at ``1 - MARGIN`` of the lease: the holder
@@ -20,6 +21,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal
+
+from pgstore.runtime.transient import is_permanent
 
 #: The share of the lease kept as a margin: a keeper whose renews fail declares the
 #: lease lost at ``(1 - MARGIN) * lease`` after the last successful renew (or the claim).
@@ -70,6 +73,12 @@ async def keep_lease(
             # must not outlast the deadline.
             renewed = await asyncio.wait_for(renew(), timeout=deadline - sent)
         except Exception as exc:
+            if is_permanent(exc):
+                # A bad argument (nothing changed) is refused again by every retry.
+                log.error("%s: renew of %s refused: %s: %s; lease lost", owner, what,
+                          type(exc).__name__, exc)
+                on_lost(REFUSED)
+                return
             failures += 1
             log.warning("%s: renew of %s failed (attempt %d): %s: %s; retrying", owner, what,
                         failures, type(exc).__name__, exc)

@@ -8,8 +8,9 @@ host. The store's claim is the only coordination:
   of tasks this process does not declare (orphans) are never run or changed.
 * The loop claims due occurrences of its own tasks (``claim_next`` with its
   task ids), up to its free concurrency, and runs each handler. While it runs,
-  the lease is renewed every third of ``lease_ms``; a renew that raises (or
-  whose clock read raises) is logged and retried. When a renew is refused, or
+  and until its complete has an answer, the lease is renewed every third of
+  ``lease_ms``; a renew that raises (or whose clock read raises) is logged and
+  retried. When a renew is refused, or
   renews keep failing until 80% of ``lease_ms`` has passed (local monotonic
   clock) since the last successful renew or the claim, the lease is lost
   (another host may be running the occurrence, or soon may): the handler is
@@ -17,7 +18,11 @@ host. The store's claim is the only coordination:
   for plain ones) and the run is not completed.
 * Otherwise the run is completed with ``last_status`` ``ok`` (or ``error`` when
   the handler raised) and the next occurrence. A rejected complete is logged
-  as a stale claim and never retried.
+  as a stale claim and never retried; nor is one refused for a bad argument.
+  Under ``all`` the next occurrence is computed in a worker thread, not in
+  the event loop (``_upcoming``); one that cannot be computed (before year 1,
+  after 9999) is logged as an error and the schedule goes on by the ``once``
+  rule: one completion, never a rerun at each lease expiry.
 
 Next occurrences: cron through ``pgstore.runtime.occurrences`` in the task's zone;
 intervals at a fixed rate from the first scheduled time (grid points: no drift);
@@ -77,6 +82,7 @@ from pgstore.runtime.occurrences import (
     next_interval,
 )
 from pgstore.runtime.stores import as_async_schedule_store
+from pgstore.runtime.transient import is_permanent
 
 __all__ = ["RunContext", "Scheduler", "Task"]
 
@@ -213,6 +219,8 @@ class Scheduler(Runtime):
             )
         self.catch_up_grace_ms = v.positive("catch_up_grace_ms", catch_up_grace_ms)
         self.tasks: dict[str, Task] = {}
+        #: Under catch_up ``all``: what the last completion of each task found due.
+        self._backlogs: dict[str, _catch_up.Backlog] = {}
         self._register = schedules.register
         self._claim_next = schedules.claim_next
         self._renew = schedules.renew
@@ -370,23 +378,34 @@ class Scheduler(Runtime):
             await self._finish(task, ctx, "skipped", catch_up)
             return
         started = time.monotonic()
-        with tracing.span("pgstore.schedule.run", {
-            "pgstore.owner": self.owner, "pgstore.task_id": task.id,
-            "pgstore.fencing_token": ctx.fencing_token, "pgstore.scheduled_at": scheduled,
-        }) as span:
-            status = await self._run_handler(task, ctx, anchor)
-            tracing.finish(span, "lease_lost" if ctx.lease_lost.is_set() else status)
-        if ctx.lease_lost.is_set():
-            log.warning("%s: %s token %d lost its lease; not completing", self.owner,
-                        task.id, ctx.fencing_token)
-            return
-        if self.abandoned:
-            log.warning("%s: %s token %d finished after the grace period; not completing",
-                        self.owner, task.id, ctx.fencing_token)
-            return
-        log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id, ctx.fencing_token,
-                 time.monotonic() - started, status)
-        await self._finish(task, ctx, status, catch_up)
+        # The keeper renews from the claim until the complete has an answer: through the
+        # handler and through the next occurrence's computation (seconds, for a backlog
+        # of 10,000 under catch-up all), so the lease cannot expire in between.
+        keeper: asyncio.Future[None] | None = None
+        try:
+            with tracing.span("pgstore.schedule.run", {
+                "pgstore.owner": self.owner, "pgstore.task_id": task.id,
+                "pgstore.fencing_token": ctx.fencing_token, "pgstore.scheduled_at": scheduled,
+            }) as span:
+                # In the span's context: the handler's own spans are its children.
+                work = asyncio.ensure_future(self._call_handler(task, ctx))
+                keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
+                status = await self._run_handler(task, ctx, work)
+                tracing.finish(span, "lease_lost" if ctx.lease_lost.is_set() else status)
+            if ctx.lease_lost.is_set():
+                log.warning("%s: %s token %d lost its lease; not completing", self.owner,
+                            task.id, ctx.fencing_token)
+                return
+            if self.abandoned:
+                log.warning("%s: %s token %d finished after the grace period; not "
+                            "completing", self.owner, task.id, ctx.fencing_token)
+                return
+            log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id,
+                     ctx.fencing_token, time.monotonic() - started, status)
+            await self._finish(task, ctx, status, catch_up)
+        finally:
+            if keeper is not None:
+                keeper.cancel()
 
     async def _finish(
         self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp
@@ -395,14 +414,21 @@ class Scheduler(Runtime):
         # complete cannot commit twice (a spent claim answers False), so a failed one
         # (a lost connection) is retried rather than left to the lease's expiry, which
         # would run the occurrence again.
+        # A refusal for a bad argument is never retried: it would be refused again.
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
                 now = await self.now()
-                upcoming = task.next_run_at(ctx.scheduled_at, now, catch_up, self.catch_up_limit)
+                upcoming = await self._upcoming(task, ctx, now, catch_up)
                 patch = CompletePatch(upcoming, ctx.started_at, status)
                 completed = await self._complete(task.id, ctx.fencing_token, patch, now)
                 break
-            except Exception:
+            except Exception as exc:
+                if is_permanent(exc):
+                    log.error("%s: complete of %s token %d refused: %s: %s; not retried, "
+                              "the lease will expire", self.owner, task.id,
+                              ctx.fencing_token, type(exc).__name__, exc)
+                    self._completed(ctx, "failed", attempt, status, None)
+                    return
                 log.exception("%s: complete of %s token %d failed (attempt %d of %d)",
                               self.owner, task.id, ctx.fencing_token, attempt,
                               COMPLETE_ATTEMPTS)
@@ -428,6 +454,46 @@ class Scheduler(Runtime):
             self.emit(Refused(runtime="scheduler", owner=self.owner, operation="complete",
                               subject=task.id, token=ctx.fencing_token))
 
+    async def _upcoming(
+        self, task: Task, ctx: RunContext, now: int, catch_up: CatchUp
+    ) -> int | None:
+        """``next_run_at`` after the occurrence ``ctx`` ran (or skipped) at ``now``.
+
+        Under ``all`` it is computed in a worker thread, never in the event loop (a
+        backlog of ``catch_up_limit`` 10,000 takes seconds to read the first time, and
+        the loop keeps every other lease meanwhile), from the backlog the task's last
+        completion found (``pgstore.runtime.catch_up.advance``), kept here for the next.
+
+        An occurrence that cannot be computed (a ``next_run_at`` outside the dates
+        cron can express, years 1 to 9999) is an error logged once, never a retry: the
+        schedule goes on by the ``once`` rule (the first occurrence after now), and
+        when there is none either, ``next_run_at`` is cleared (NULL: the schedule stops
+        until it is registered with another spec or its record is changed).
+        """
+        scheduled = ctx.scheduled_at
+        try:
+            if task.kind == "once" or catch_up != "all":
+                return task.next_run_at(scheduled, now, catch_up, self.catch_up_limit)
+            last = self._backlogs.pop(task.id, None)
+            upcoming, backlog = await asyncio.get_running_loop().run_in_executor(
+                None, _catch_up.advance, task.occurrences(scheduled), last, scheduled, now,
+                self.catch_up_limit)
+            self._backlogs[task.id] = backlog
+            return upcoming
+        except (InvalidArgument, OverflowError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        try:
+            fallback = task.next_run_at(scheduled, now, "once", self.catch_up_limit)
+        except (InvalidArgument, OverflowError, ValueError) as exc:
+            log.error("%s: %s token %d (scheduled %s): no next occurrence can be computed "
+                      "(%s; then %s: %s): next_run_at cleared", self.owner, task.id,
+                      ctx.fencing_token, scheduled, problem, type(exc).__name__, exc)
+            return None
+        log.error("%s: %s token %d (scheduled %s): catch_up %s cannot compute the next "
+                  "occurrence (%s); going on by the once rule: next run at %s", self.owner,
+                  task.id, ctx.fencing_token, scheduled, catch_up, problem, fallback)
+        return fallback
+
     def _completed(
         self, ctx: RunContext, outcome: Literal["completed", "rejected", "failed"],
         attempts: int, status: LastStatus, next_run_at: int | None,
@@ -437,11 +503,10 @@ class Scheduler(Runtime):
                            status=status, next_run_at=next_run_at))
 
     async def _run_handler(
-        self, task: Task, ctx: RunContext, anchor: float
+        self, task: Task, ctx: RunContext, work: asyncio.Future[None]
     ) -> Literal["ok", "error"]:
-        """Run the handler under its keeper; ``error`` when it raised, else ``ok``."""
-        work = asyncio.ensure_future(self._call_handler(task, ctx))
-        keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
+        """Wait for the handler (``work``, under its keeper); ``error`` when it raised,
+        else ``ok``."""
         status: Literal["ok", "error"] = "ok"
         started = time.monotonic()
 
@@ -463,8 +528,6 @@ class Scheduler(Runtime):
         except Exception:
             status = "error"
             log.exception("%s: %s token %d raised", self.owner, task.id, ctx.fencing_token)
-        finally:
-            keeper.cancel()
         ran("lease_lost" if ctx.lease_lost.is_set() else status)
         return status
 
