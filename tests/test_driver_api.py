@@ -5,6 +5,9 @@ other than the package's own (``psycopg_pool.pool``, ``psycopg_pool.pool_async``
 ``psycopg_pool.base``... are its internals), a psycopg module outside the documented
 ones, or any ``_``-prefixed name of either, by import or by attribute: a release of
 either may change those at will, and the pins in pyproject.toml have no upper bound.
+Nor does any module read a function's code object (``__code__``, ``co_filename``...):
+what the standard library's generated code looks like (a dataclass's ``__init__``
+compiled from ``"<string>"``) is no more public.
 """
 
 from __future__ import annotations
@@ -97,6 +100,18 @@ def violations(source: str) -> list[str]:
     return sorted(set(found))
 
 
+def code_reads(source: str) -> list[str]:
+    """The attributes of code objects (and the ``__code__`` that reaches them) read."""
+    return sorted({
+        node.attr for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and (node.attr == "__code__" or node.attr.startswith("co_"))
+    } | {
+        node.value for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and node.value in ("__code__", "co_filename")
+    })
+
+
 def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
@@ -134,5 +149,18 @@ def test_no_pgstore_module_uses_a_non_public_driver_name() -> None:
         str(path.relative_to(PACKAGE.parent)): v
         for path in modules
         if (v := violations(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_no_pgstore_module_reads_code_objects() -> None:
+    """Which class builds a row by its slots is said by ``rows.SLOT_BUILT`` (and checked
+    by tests/test_runner.py), not guessed from where its ``__init__`` was compiled."""
+    assert code_reads('getattr(cls.__init__, "__code__").co_filename') == [
+        "__code__", "co_filename"]
+    found = {
+        str(path.relative_to(PACKAGE.parent)): v
+        for path in _modules()
+        if (v := code_reads(path.read_text(encoding="utf-8")))
     }
     assert found == {}
