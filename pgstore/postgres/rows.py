@@ -84,9 +84,9 @@ def _slot_maker(cls: type[D], indices: list[int]) -> Callable[[Row], D]:
     descriptor of the class, whose ``__set__`` stores the value).
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
-    which looks the name up in the type first: 1.3-1.7 µs for a 12-field ``Job``
-    against 0.8-1.0 µs here, 50-70 µs more for the hundred rows of a
-    ``claim_next(100)`` (``make bench``: the ops section's ``*_init`` modes)."""
+    which looks the name up in the type first: 1.56-1.64 µs for a 12-field ``Job``
+    against 0.98-1.00 µs here, 40-60 µs more for a hundred rows (``make bench``, the
+    ops section: decoding, and the ``*_init`` modes; docs/performance.md)."""
     if hasattr(cls, "__post_init__") or cls.__new__ is not object.__new__:
         raise TypeError(f"{cls.__name__} has more to its construction: leave it out of "
                         "SLOT_BUILT")
