@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any
 
@@ -398,25 +399,46 @@ def test_tasks_share_an_async_store_on_one_connection(
 
 
 @pytest.mark.parametrize("cls", [ScheduleRecord, Job, StoreStats, MarkResult])
-def test_rows_become_the_same_dataclasses_as_their_constructor_builds(cls: type[Any]) -> None:
-    """The models are built by setting their slots (what their generated ``__init__``
-    does, without ``object.__setattr__``'s lookups): equal to what the constructor
-    builds, still frozen; columns are picked by name, in any order, extras ignored."""
-    assert _rows._slot_setters(cls) is not None
+@pytest.mark.parametrize("maker", [_rows._slot_maker, _rows._constructor_maker])
+def test_rows_become_the_same_dataclasses_as_their_constructor_builds(
+    cls: type[Any], maker: Callable[[type[Any], list[int]], Callable[[Any], Any]],
+) -> None:
+    """pgstore's models are built by setting their slots (what their generated
+    ``__init__`` does, without ``object.__setattr__``'s lookups): every field equal to
+    what the constructor builds, still frozen; columns are picked by name, in any
+    order, extras ignored. Built by the constructor, the same."""
     names = [f.name for f in dataclasses.fields(cls)]
     values = [f"v{i}" if i % 2 else i for i in range(len(names))]
     columns = ("extra", *reversed(names))
     row = ("ignored", *reversed(values))
-    made = _rows._one(cls, row, columns)
+    made = maker(cls, _rows._indices(cls, columns))(row)
+    assert made == _rows._one(cls, row, columns)
     expected = cls(*values)
     assert type(made) is cls
     assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
     assert dataclasses.astuple(made) == tuple(values)
+    for name, value in zip(names, values, strict=True):
+        assert getattr(made, name) == value, name
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.__setattr__(names[0], "changed")
     assert _rows._all(cls, [row, row], columns) == [expected, expected]
     with pytest.raises(PgStoreError, match=f"no column {names[0]} for {cls.__name__}"):
         _rows._one(cls, row[:-1], columns[:-1])
+
+
+def test_the_slot_built_models_have_nothing_more_to_their_construction() -> None:
+    """What building a ``SLOT_BUILT`` model by its slots takes for granted: a frozen,
+    slotted dataclass, no ``__post_init__``, no ``__new__`` of its own, every field set
+    by ``__init__`` (an ``__init__`` of its own that changes a value fails the test
+    above)."""
+    assert {ScheduleRecord, Job, StoreStats, MarkResult} == _rows.SLOT_BUILT
+    for cls in _rows.SLOT_BUILT:
+        assert dataclasses.is_dataclass(cls) and "__slots__" in cls.__dict__
+        assert not hasattr(cls, "__post_init__") and cls.__new__ is object.__new__
+        assert all(f.init for f in dataclasses.fields(cls))
+        first = dataclasses.fields(cls)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            cls(*range(len(dataclasses.fields(cls)))).__setattr__(first, 1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -445,16 +467,37 @@ class _OwnInit:
         object.__setattr__(self, "b", b)
 
 
-@pytest.mark.parametrize("cls", [_Checked, _Unslotted, _OwnInit])
-def test_a_dataclass_with_more_to_its_construction_is_built_by_its_constructor(
-    cls: type[Any],
-) -> None:
-    """A ``__post_init__``, no slots, or an ``__init__`` of its own: the constructor."""
-    assert _rows._slot_setters(cls) is None
-    assert _rows._one(cls, ("x", 3), ("b", "a")) == cls(3, "x")
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plain:
+    a: int
+    b: str
+
+
+@pytest.mark.parametrize("cls", [_Checked, _Unslotted, _OwnInit, _Plain])
+def test_any_other_dataclass_is_built_by_its_constructor(cls: type[Any]) -> None:
+    """A ``__post_init__``, no slots, an ``__init__`` of its own, or nothing more to it:
+    a class outside ``SLOT_BUILT`` is built by calling it, its ``__init__`` (and
+    ``__post_init__``) run."""
+    calls: list[tuple[Any, ...]] = []
+    init = cls.__init__
+
+    def counting(self: Any, *args: Any) -> None:
+        calls.append(args)
+        init(self, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cls, "__init__", counting)
+        assert _rows._one(cls, ("x", 3), ("b", "a")) == cls(3, "x")
+        assert _rows._all(cls, [("y", 4)], ("b", "a")) == [cls(4, "y")]
+    assert calls == [(3, "x"), (3, "x"), (4, "y"), (4, "y")]
     if cls is _Checked:
         with pytest.raises(ValueError, match="a < 0"):
             _rows._one(cls, ("x", -1), ("b", "a"))
+    if cls is _OwnInit:
+        assert _rows._one(cls, ("x", 3), ("b", "a")).a == 6
+    if cls in (_Checked, _Unslotted):  # what _slot_maker itself can tell
+        with pytest.raises(TypeError):
+            _rows._slot_maker(cls, [1, 0])
 
 
 def test_mark_result_reads_a_null_as_false() -> None:

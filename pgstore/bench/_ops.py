@@ -16,6 +16,15 @@ Each repeat times ``calls`` calls of one operation in one mode right after
 floor, so drifts of the machine's speed cancel out; the figures are medians
 of the repeats, with their min and max.
 
+Rows: how pgstore's models are built out of a result's rows, the shipped way (each
+field stored into its slot, ``rows.SLOT_BUILT``) against calling the dataclass
+(its generated ``__init__``, the way every other class is built). Measured twice,
+interleaved in one process on the same database: the operations that return
+models run again through the default wrappers with the models built by their
+constructor (``sync_init``, ``async_init``), so each mode's per-call overhead over
+the SQL of the same repeat is paired; and the decoding alone (no server) of real
+rows of ``schedules`` and ``jobs``, one row and a hundred, each way in turn.
+
 Naive: the same claim as ``BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT``
 from the client, against ``schedule_claim_due`` from SQL, interleaved; and
 the UPDATE that ``schedule_claim_due`` runs, sent bare as a prepared
@@ -25,7 +34,9 @@ statement: what the function's own work (checks, plpgsql) costs on top.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +52,8 @@ from pgstore.bench._common import (
     schema_name,
 )
 from pgstore.bench._common import summary as summarize
-from pgstore.models import CompletePatch
+from pgstore.models import CompletePatch, Job, MarkResult, ScheduleRecord
+from pgstore.postgres import rows as _rows
 from pgstore.postgres.jobs import AsyncPgJobStore, PgJobStore
 from pgstore.postgres.schedules import AsyncPgScheduleStore, PgScheduleStore
 
@@ -126,12 +138,31 @@ class Op:
     after: Callable[[Any], None] | None = None
     records: int = 1  # records per call (claim_next)
     share: int = 1  # times 1/share of the calls per repeat (claim_next costs a hundred)
+    builds: bool = False  # answers with pgstore's models (measured in INIT_MODES too)
 
 
 #: How each operation is called: the wrappers as built by default (``prepare=None``: on
 #: this direct connection they prepare), the wrappers with ``prepare=False``, and the SQL
 #: function straight from psycopg.
 MODES = ("sync", "sync_unprepared", "async", "async_unprepared", "sql")
+#: The default wrappers again, with the models built by calling them (``built_by_init``),
+#: for the operations that answer with models (``Op.builds``).
+INIT_MODES = ("sync_init", "async_init")
+
+#: The makers of ``built_by_init``: kept from one batch to the next, as the shipped ones.
+_INIT_MAKERS: dict[Any, Callable[[Any], Any]] = {}
+
+
+@contextmanager
+def built_by_init() -> Iterator[None]:
+    """Within: pgstore's models built by their constructor, as any other class is (no
+    ``SLOT_BUILT``), with makers of their own so that neither way evicts the other's."""
+    slot_built, makers = _rows.SLOT_BUILT, _rows._MAKERS
+    _rows.SLOT_BUILT, _rows._MAKERS = frozenset(), _INIT_MAKERS
+    try:
+        yield
+    finally:
+        _rows.SLOT_BUILT, _rows._MAKERS = slot_built, makers
 
 
 class Fixture:
@@ -155,7 +186,7 @@ class Fixture:
 
     def fill(self, calls_per_mode: int) -> None:
         n = calls_per_mode
-        leases, cancels = n * 2 * len(MODES), n * len(MODES)
+        leases, cancels = n * 2 * (len(MODES) + len(INIT_MODES)), n * len(MODES)
         s = self.s
         self.conn.execute(
             f"""INSERT INTO {s}.schedules (id, kind, spec, next_run_at, updated_at)
@@ -238,7 +269,7 @@ class Fixture:
                sql=lambda c: bool(self.q(
                    "SELECT * FROM S.schedule_claim_due(%s, 'bench', %s, %s)",
                    (c[0], c[1], LEASE_MS))),
-               setup=claim_ctx),
+               setup=claim_ctx, builds=True),
             Op("renew",
                sync=lambda c: sched.renew("rn-0", self.renew_token, c),
                aio=lambda c: _true(asched.renew("rn-0", self.renew_token, c)),
@@ -258,20 +289,20 @@ class Fixture:
                sql=lambda c: bool(self.q(
                    "SELECT id FROM S.schedule_register('rg-0', 'interval', '60000', 0, %s)",
                    (c,))),
-               setup=lambda i: cl.tick()),
+               setup=lambda i: cl.tick(), builds=True),
             Op("claim_next_100",
                sync=lambda c: len(sched.claim_next("bench", c[0], LEASE_MS, 100, c[1])) == 100,
                aio=lambda c: _len100(asched.claim_next("bench", c[0], LEASE_MS, 100, c[1])),
                sql=lambda c: len(self.q(
                    "SELECT * FROM S.schedule_claim_next('bench', %s, %s, 100, %s)",
                    (c[0], LEASE_MS, c[1]))) == 100,
-               setup=window_ctx, records=100, share=10),
+               setup=window_ctx, records=100, share=10, builds=True),
             Op("job_lease",
                sync=lambda c: leased(_run_id(jobs.lease("bench", JOB_NOW, JOB_TTL))),
                aio=lambda c: _leased(ajobs.lease("bench", JOB_NOW, JOB_TTL), leased),
                sql=lambda c: leased(_first(self.q(
                    "SELECT run_id FROM S.job_lease('bench', %s, %s)", (JOB_NOW, JOB_TTL)))),
-               setup=lambda i: None, after=lease_after),
+               setup=lambda i: None, after=lease_after, builds=True),
             Op("job_renew",
                sync=lambda c: jobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL),
                aio=lambda c: _true(ajobs.renew("jr-0", "bench", JOB_NOW, JOB_TTL)),
@@ -283,7 +314,7 @@ class Fixture:
                aio=lambda c: _recorded(ajobs.mark_dispatched(c, "bench", "w")),
                sql=lambda c: bool(self.q(
                    "SELECT recorded FROM S.job_mark_dispatched(%s, 'bench', 'w')", (c,))[0][0]),
-               setup=mark_ctx),
+               setup=mark_ctx, builds=True),
             Op("job_cancel",
                sync=lambda c: jobs.cancel(c) == "cancelled",
                aio=lambda c: _cancelled(ajobs.cancel(c)),
@@ -330,6 +361,11 @@ def _first(rows: list[tuple[Any, ...]]) -> object:
 
 def _batch(op: Op, mode: str, n: int, loop: asyncio.AbstractEventLoop) -> float:
     """Mean µs of ``n`` timed calls of ``op`` in ``mode`` (``sync``, ``async`` or ``sql``)."""
+    return _batch_timer(op, mode, n, loop).mean_us
+
+
+def _batch_timer(op: Op, mode: str, n: int, loop: asyncio.AbstractEventLoop) -> Timer:
+    """The timer of ``n`` timed calls of ``op`` in ``mode``: wall and client CPU a call."""
     timer = Timer()
     if mode == "async":
 
@@ -343,7 +379,7 @@ def _batch(op: Op, mode: str, n: int, loop: asyncio.AbstractEventLoop) -> float:
                     op.after(ctx)
 
         loop.run_until_complete(go())
-        return timer.mean_us
+        return timer
     call = op.sync if mode == "sync" else op.sql
     for i in range(n):
         ctx = op.setup(i)
@@ -352,7 +388,7 @@ def _batch(op: Op, mode: str, n: int, loop: asyncio.AbstractEventLoop) -> float:
         assert ok, (op.name, mode, ctx)
         if op.after is not None:
             op.after(ctx)
-    return timer.mean_us
+    return timer
 
 
 def run_ops(cfg: Settings) -> dict[str, Any]:
@@ -372,21 +408,35 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
         def timed(op: Op, mode: str, n: int) -> float:
             if mode.endswith("_unprepared"):
                 return _batch(unprepared[op.name], mode.removesuffix("_unprepared"), n, loop)
-            return _batch(op, mode, n, loop)
+            if mode.endswith("_init"):
+                with built_by_init():
+                    timer = _batch_timer(op, mode.removesuffix("_init"), n, loop)
+            else:
+                timer = _batch_timer(op, mode, n, loop)
+            cpu[op.name].setdefault(mode, []).append(timer.cpu_mean_us)
+            return timer.mean_us
+
+        cpu: dict[str, dict[str, list[float]]] = {op.name: {} for op in ops}
+
+        def modes(op: Op) -> tuple[str, ...]:
+            return MODES + INIT_MODES if op.builds else MODES
 
         for op in ops:  # warm-up round: prepared statements, plan caches, pools
-            for mode in MODES:
+            for mode in modes(op):
                 timed(op, mode, 10)
+        cpu = {op.name: {} for op in ops}
         floor_batch(conn, floor_table, 20)
-        raw: dict[str, dict[str, list[float]]] = {op.name: {m: [] for m in MODES} for op in ops}
+        raw: dict[str, dict[str, list[float]]] = {
+            op.name: {m: [] for m in modes(op)} for op in ops
+        }
         ratios: dict[str, dict[str, list[float]]] = {
-            op.name: {m: [] for m in MODES} for op in ops
+            op.name: {m: [] for m in modes(op)} for op in ops
         }
         floors: list[float] = []
         selects: list[float] = []
         for rep in range(cfg.repeats):
             for op in ops:
-                for mode in MODES:
+                for mode in modes(op):
                     sel, floor = floor_batch(conn, floor_table, max(n // 2, 10))
                     mean = timed(op, mode, max(n // op.share, 3))
                     floors.append(floor)
@@ -407,6 +457,27 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
                 entry[mode] = {"us": summarize(raw[op.name][mode]),
                                "ratio": summarize(ratios[op.name][mode])}
             result["ops"][op.name] = entry
+        result["rows_built"] = {
+            "note": "models built by their slots (shipped) or by calling them (_init): "
+                    "per-call overhead over the SQL of the same repeat, us; the client "
+                    "thread's CPU a call, us, and its ratio to the slots' in the same repeat",
+            "ops": {
+                op.name: {
+                    mode: {"us": summarize(raw[op.name][mode]),
+                           "overhead_us": summarize(
+                               [w - q for w, q in zip(raw[op.name][mode], raw[op.name]["sql"],
+                                                      strict=True)]),
+                           "client_cpu_us": summarize(cpu[op.name][mode]),
+                           "client_cpu_over_slots": {"ratio": summarize(
+                               [c / s for c, s in zip(cpu[op.name][mode],
+                                                      cpu[op.name][mode.removesuffix("_init")],
+                                                      strict=True)])}}
+                    for mode in ("sync", "sync_init", "async", "async_init")
+                }
+                for op in ops if op.builds
+            },
+            "decode": decode_rows(conn, schema, max(cfg.repeats, 3)),
+        }
         # claim_next(100) against claim_due one by one, in records/s, per repeat.
         per_rep = [
             100 * one / batch
@@ -423,6 +494,59 @@ def run_ops(cfg: Settings) -> dict[str, Any]:
         loop.close()
         conn.execute(f"DROP SCHEMA IF EXISTS {ident(schema)} CASCADE".encode())
         conn.close()
+
+
+def decode_rows(conn: Conn, schema: str, repeats: int) -> dict[str, Any]:
+    """µs to decode real rows of ``schema`` into pgstore's models, the shipped way (their
+    slots) and by calling them, in turn within each repeat (which goes first alternates):
+    one row and a hundred of ``schedules`` and ``jobs``, one ``MarkResult``."""
+    s = ident(schema)
+    cases: list[tuple[str, type[Any], list[tuple[Any, ...]], tuple[str, ...]]] = []
+    for cls, query in ((ScheduleRecord, f"SELECT * FROM {s}.schedules ORDER BY id LIMIT 100"),
+                       (Job, f"SELECT * FROM {s}.jobs ORDER BY run_id LIMIT 100"),
+                       (MarkResult, "SELECT true AS cancelled, false AS recorded")):
+        cur = conn.execute(query.encode())
+        rows = cur.fetchall()
+        columns = tuple(c.name for c in cur.description or ())
+        name = cls.__name__
+        cases.append((f"{name} x1", cls, rows[:1], columns))
+        if len(rows) > 1:
+            assert len(rows) == 100, (name, len(rows))
+            cases.append((f"{name} x100", cls, rows, columns))
+    out: dict[str, Any] = {}
+    for label, cls, rows, columns in cases:
+        indices = _rows._indices(cls, columns)
+        slots = _rows._slot_maker(cls, indices)
+        init = _rows._constructor_maker(cls, indices)
+        assert [slots(r) for r in rows] == [init(r) for r in rows], label
+        loops = max(20_000 // len(rows), 100)
+
+        def timed(make: Callable[[Any], Any], rows: list[Any] = rows, loops: int = loops
+                  ) -> float:
+            start = time.perf_counter()
+            for _ in range(loops):
+                [make(r) for r in rows]
+            return (time.perf_counter() - start) / loops * 1e6
+
+        timed(slots)
+        timed(init)
+        by_slots: list[float] = []
+        by_init: list[float] = []
+        for rep in range(repeats):
+            if rep % 2:
+                by_init.append(timed(init))
+                by_slots.append(timed(slots))
+            else:
+                by_slots.append(timed(slots))
+                by_init.append(timed(init))
+        out[label] = {
+            "rows": len(rows),
+            "slots_us": summarize(by_slots),
+            "init_us": summarize(by_init),
+            "init_over_slots": {"ratio": summarize(
+                [i / t for i, t in zip(by_init, by_slots, strict=True)])},
+        }
+    return out
 
 
 # --- the naive transaction -------------------------------------------------------------

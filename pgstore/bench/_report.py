@@ -157,6 +157,27 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         out.append((f"Store operations, ratio to the adjacent durable UPDATE "
                     f"(floor {ops['floor_durable_update']['median']:.0f} µs)",
                     ["operation"] + [MODE_LABELS[m] for m in MODES], rows))
+        built = ops.get("rows_built")
+        if built:
+            def cell(stat: dict[str, Any], init: bool) -> str:
+                ratio = stat["client_cpu_over_slots"]["ratio"]
+                return (f"{stat['client_cpu_us']['median']:.1f} µs"
+                        + (f" · {_x(ratio)}" if init else "")
+                        + f" [{stat['overhead_us']['median']:+.0f} µs]")
+
+            out.append(("Models built by their slots (shipped) or by their constructor: "
+                        "the client thread's CPU a call, constructor / slots in the same "
+                        "repeat [wall-clock overhead over that repeat's SQL]",
+                        ["operation", "sync, slots", "sync, constructor", "async, slots",
+                         "async, constructor"],
+                        [[name] + [cell(entry[m], m.endswith("_init"))
+                                   for m in ("sync", "sync_init", "async", "async_init")]
+                         for name, entry in built["ops"].items()]))
+            out.append(("Decoding real rows into models, no server (interleaved)",
+                        ["rows", "slots (shipped)", "constructor", "constructor / slots"],
+                        [[label, f"{d['slots_us']['median']:.2f} µs",
+                          f"{d['init_us']['median']:.2f} µs", _x(d["init_over_slots"]["ratio"])]
+                         for label, d in built["decode"].items()]))
     naive = results.get("naive")
     if naive:
         out.append(("Naive transaction vs our claim (SQL)", ["what", "per call", "ratio"], [

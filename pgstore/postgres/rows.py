@@ -54,44 +54,49 @@ def _indices(cls: type[Any], columns: Columns) -> list[int]:
     return [columns.index(name) for name in names]
 
 
-def _slot_setters(cls: type[Any]) -> tuple[Callable[[Any, Any], None], ...] | None:
-    """The slots' setters of ``cls``'s fields, in their order, when building a ``cls`` is
-    ``object.__new__`` and one store per field, as a slotted dataclass's generated
-    ``__init__`` does (frozen or not): no ``__post_init__``, no ``__init__`` or
-    ``__new__`` of its own, every field set by ``__init__``. Otherwise None."""
-    params = getattr(cls, "__dataclass_params__", None)
-    init = getattr(cls.__init__, "__code__", None)
-    new: object = cls.__new__
-    if (
-        params is None
-        or not params.init
-        or init is None
-        or init.co_filename != "<string>"  # dataclasses' own, not the class's
-        or hasattr(cls, "__post_init__")
-        or new is not object.__new__
-    ):
-        return None
-    setters = []
-    for field in dataclasses.fields(cls):
-        slot = cls.__dict__.get(field.name)
-        if not field.init or not isinstance(slot, MemberDescriptorType):
-            return None
-        setters.append(slot.__set__)
-    return tuple(setters)
+#: pgstore's own models, built by setting their slots (``_slot_maker``). Each is a
+#: frozen, slotted dataclass whose generated ``__init__`` only stores its arguments: no
+#: ``__post_init__``, no ``__init__`` or ``__new__`` of its own, every field an init
+#: field (tests/test_runner.py builds each both ways and compares). Every other class
+#: is built by calling it (``_constructor_maker``).
+SLOT_BUILT: frozenset[type[Any]] = frozenset({ScheduleRecord, Job, MarkResult, StoreStats})
 
 
 def _new_maker(cls: type[D], indices: list[int]) -> Callable[[Row], D]:
-    """A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
-    which looks the name up in the type first: 2.0 µs for a 12-field ``Job``. Setting
-    the slots straight (``_slot_setters``) builds the same object in 1.0 µs."""
-    setters = _slot_setters(cls)
-    if setters is None:
-        build: Callable[..., D] = cls
-        if len(indices) == 1:
-            (only,) = indices
-            return lambda row: build(row[only])
-        pick = itemgetter(*indices)
-        return lambda row: build(*pick(row))
+    """The maker of ``cls`` out of rows whose fields are at ``indices``."""
+    if cls in SLOT_BUILT:
+        return _slot_maker(cls, indices)
+    return _constructor_maker(cls, indices)
+
+
+def _constructor_maker(cls: type[D], indices: list[int]) -> Callable[[Row], D]:
+    """Builds a ``cls`` by calling it with the row's fields, in their order."""
+    build: Callable[..., D] = cls
+    if len(indices) == 1:
+        (only,) = indices
+        return lambda row: build(row[only])
+    pick = itemgetter(*indices)
+    return lambda row: build(*pick(row))
+
+
+def _slot_maker(cls: type[D], indices: list[int]) -> Callable[[Row], D]:
+    """Builds a ``cls`` of ``SLOT_BUILT`` as its generated ``__init__`` does, one store a
+    field, through the slots' own descriptors (``__slots__`` makes each field a member
+    descriptor of the class, whose ``__set__`` stores the value).
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    which looks the name up in the type first: 1.56-1.64 µs for a 12-field ``Job``
+    against 0.98-1.00 µs here, 40-60 µs more for a hundred rows (``make bench``, the
+    ops section: decoding, and the ``*_init`` modes; docs/performance.md)."""
+    if hasattr(cls, "__post_init__") or cls.__new__ is not object.__new__:
+        raise TypeError(f"{cls.__name__} has more to its construction: leave it out of "
+                        "SLOT_BUILT")
+    setters = []
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        slot = cls.__dict__.get(field.name)
+        if not field.init or not isinstance(slot, MemberDescriptorType):
+            raise TypeError(f"{cls.__name__}.{field.name} is not a slot set by __init__")
+        setters.append(slot.__set__)
     pairs = tuple(zip(setters, indices, strict=True))
     new = object.__new__
 

@@ -7,7 +7,8 @@ psycopg_pool pool (each call borrows a connection; the pool commits).
 
 A pool the store owns waits at most ``OWNED_POOL_RECONNECT_PAUSE`` between two
 attempts to replace a lost connection, so it resumes within about a second of
-the server answering again after an outage of any length.
+the server answering again after an outage of any length (``owned_pool``: through
+psycopg_pool's public ``reconnect_timeout`` and ``reconnect_failed`` only).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import select
 import threading
 import weakref
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Generic, TypeVar, Union
 
@@ -23,9 +25,6 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from psycopg_pool.pool import AddConnection, MaintenanceTask
-from psycopg_pool.pool_async import AddConnection as AsyncAddConnection
-from psycopg_pool.pool_async import MaintenanceTask as AsyncMaintenanceTask
 
 from pgstore.errors import (
     InvalidArgument,
@@ -60,22 +59,56 @@ OWNED_POOL_MAX = 8
 OWNED_POOL_RECONNECT_PAUSE = 1.0
 
 
-class _OwnedPool(ConnectionPool[Any]):
-    """The pool of a store built from a conninfo: reconnection pauses are capped."""
+def _reconnect_again(pool: ConnectionPool[Any]) -> None:
+    """An owned pool's ``reconnect_failed``: a reconnection that gave up (after
+    ``OWNED_POOL_RECONNECT_PAUSE``) starts again at once, for as long as the pool is open.
 
-    def schedule_task(self, task: MaintenanceTask, delay: float) -> None:
-        if isinstance(task, AddConnection):
-            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
-        super().schedule_task(task, delay)
+    ``check()`` is the public way to have the pool grow back to its size. Only when no
+    connection is idle: ``check()`` would also test those, a round trip each in the
+    pool's worker (hung for as long as a blackholed link does), and a store's call
+    replaces an idle connection found dead by itself (``_dead``)."""
+    if not pool.closed and pool.get_stats().get("pool_available", 0) == 0:
+        pool.check()
 
 
-class _AsyncOwnedPool(AsyncConnectionPool[Any]):
-    """``_OwnedPool`` for an asyncio store."""
+async def _reconnect_again_async(pool: AsyncConnectionPool[Any]) -> None:
+    """``_reconnect_again`` for an asyncio pool."""
+    if not pool.closed and pool.get_stats().get("pool_available", 0) == 0:
+        await pool.check()
 
-    async def schedule_task(self, task: AsyncMaintenanceTask, delay: float) -> None:
-        if isinstance(task, AsyncAddConnection):
-            delay = min(delay, OWNED_POOL_RECONNECT_PAUSE)
-        await super().schedule_task(task, delay)
+
+def owned_pool(conninfo: str) -> ConnectionPool[Any]:
+    """The pool of a sync store built from ``conninfo`` (not opened yet): autocommit
+    connections, at most ``OWNED_POOL_RECONNECT_PAUSE`` between two attempts to
+    reconnect.
+
+    psycopg_pool gives up a reconnection after ``reconnect_timeout`` seconds and calls
+    ``reconnect_failed``: set to that pause, one attempt tries at once and again that
+    pause later (its first pause is 1 s with 10% jitter, cut to what is left of the
+    timeout), then gives up, and ``_reconnect_again`` starts the next one. So no pause
+    ever doubles, with public options only."""
+    return ConnectionPool(
+        conninfo,
+        min_size=OWNED_POOL_MIN,
+        max_size=OWNED_POOL_MAX,
+        kwargs={"autocommit": True},
+        open=False,
+        reconnect_timeout=OWNED_POOL_RECONNECT_PAUSE,
+        reconnect_failed=_reconnect_again,
+    )
+
+
+def owned_pool_async(conninfo: str) -> AsyncConnectionPool[Any]:
+    """``owned_pool`` for an asyncio store."""
+    return AsyncConnectionPool(
+        conninfo,
+        min_size=OWNED_POOL_MIN,
+        max_size=OWNED_POOL_MAX,
+        kwargs={"autocommit": True},
+        open=False,
+        reconnect_timeout=OWNED_POOL_RECONNECT_PAUSE,
+        reconnect_failed=_reconnect_again_async,
+    )
 
 
 def translated(exc: psycopg.Error, schema: str) -> PgStoreError | None:
@@ -216,7 +249,7 @@ class _Runner(Generic[ConnT, PoolT]):
         schema: str,
         conn_type: type[ConnT],
         pool_type: type[PoolT],
-        owned_pool_type: type[PoolT],
+        make_owned_pool: Callable[[str], PoolT],
         prepare: bool | None,
     ) -> None:
         self.schema = check_schema(schema)
@@ -238,13 +271,7 @@ class _Runner(Generic[ConnT, PoolT]):
         self._owns_pool = False
         self._opened = False
         if isinstance(source, str):
-            self._pool = owned_pool_type(
-                source,
-                min_size=OWNED_POOL_MIN,
-                max_size=OWNED_POOL_MAX,
-                kwargs={"autocommit": True},
-                open=False,
-            )
+            self._pool = make_owned_pool(source)
             self._owns_pool = True
         elif isinstance(source, pool_type):
             self._pool = source
@@ -283,7 +310,7 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
     """Runs calls for a sync store."""
 
     def __init__(self, source: SyncSource, schema: str, prepare: bool | None) -> None:
-        super().__init__(source, schema, psycopg.Connection, ConnectionPool, _OwnedPool, prepare)
+        super().__init__(source, schema, psycopg.Connection, ConnectionPool, owned_pool, prepare)
         self._lock = threading.Lock()
 
     def _open(self, pool: ConnectionPool[Any]) -> None:
@@ -379,7 +406,7 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
 
     def __init__(self, source: AsyncSource, schema: str, prepare: bool | None) -> None:
         super().__init__(
-            source, schema, psycopg.AsyncConnection, AsyncConnectionPool, _AsyncOwnedPool, prepare
+            source, schema, psycopg.AsyncConnection, AsyncConnectionPool, owned_pool_async, prepare
         )
         self._lock: asyncio.Lock | None = None
 
