@@ -70,10 +70,11 @@ def catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[
 #: functions inline (token_floor and check_primary among them), the plpgsql
 #: raise_invalid and raise_standby they call, and check_now (plpgsql: it reads
 #: store_settings, and only for a p_now that is given), and the batch calls' checks
-#: (batch_max, and the plpgsql check_run_ids, check_same_length, check_lease_sequences).
+#: (batch_max, and the plpgsql check_run_ids, check_same_length, check_lease_sequences),
+#: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history).
 INLINED_HELPERS = frozenset(
     {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present",
      "check_one_of", "check_length", "check_now", "check_sequence", "check_primary",
      "raise_standby", "token_floor", "batch_max", "check_run_ids", "check_same_length",
-     "check_lease_sequences"}
+     "check_lease_sequences", "job_history_advance", "job_history_forget"}
 )

@@ -15,7 +15,7 @@ from psycopg import sql
 from pgstore.errors import InvalidArgument
 
 #: The migration revision that sql/ describes; sql/00_common.sql's schema_revision() returns it.
-HEAD_REVISION = "pgstore_0013"
+HEAD_REVISION = "pgstore_0014"
 
 #: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"

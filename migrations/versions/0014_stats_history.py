@@ -1,0 +1,79 @@
+"""pgstore 0014: store_stats() costs the same at any size of history; job_list() answers finished_at.
+
+``store_stats()`` counted the finished jobs (dispatched, recalled, cancelled,
+failed) by scanning the jobs table: about 0.1 s a million rows, on every call,
+which a metrics scrape made. Its columns and their meanings are unchanged; the
+counts stay exact. How:
+
+* recalled (dispatched and cancelled) and failed (not cancelled, not
+  dispatched) jobs are counted whole through two new partial indexes,
+  ``jobs_recalled`` and ``jobs_failed``: both states stay small (a recall is a
+  cancel racing a dispatch; a failure needs a person, and ``job_retry`` or
+  ``job_purge`` takes it away). Leases and renews change none of their
+  columns, so they stay HOT; a mark, cancel or failing release tests two more
+  index predicates and writes an entry only for a recalled or failed job;
+* every other finished job is counted once into the new one-row table
+  ``job_history``: how many jobs have ``finished_at < upto``, and how many of
+  them are dispatched and not cancelled. Only a delete or a retry changes
+  those two numbers for such a job (a cancel of a failed job and the mark of
+  a cancelled one move a job between states that keep both), so ``job_purge``,
+  ``job_remove`` and ``job_retry`` call ``job_history_forget`` after their own
+  write. ``store_stats`` adds the jobs finished since ``upto`` (a range of the
+  finished jobs' index) and reads cancelled as what is left;
+* ``store_stats`` (now VOLATILE) first calls ``job_history_advance``, which
+  moves ``upto`` forward without ever waiting (``FOR UPDATE SKIP LOCKED``; not
+  on a standby, not read-only, only under READ COMMITTED). ``finished_at`` is
+  the clock of the finishing statement, not of its commit, so a job can become
+  visible with a ``finished_at`` below an ``upto`` already taken: an advance
+  proposes ``now_ms() - 1 s`` with ``pg_current_snapshot()`` and takes it at a
+  later call only once every transaction running at that snapshot has ended.
+
+The job's write path (lease, renew, mark, the batch calls, cancel, release)
+is unchanged and never touches ``job_history``: its only new cost is the two
+partial indexes' predicates. Changed functions: ``store_stats`` (body,
+VOLATILE), ``job_list`` (new return type), ``job_retry``, ``job_remove``,
+``job_purge`` (each calls ``job_history_forget`` after its write). New:
+``job_history`` (table), ``job_history_advance()``, ``job_history_forget(bigint[],
+boolean[])`` (internal, granted to no one), indexes ``jobs_recalled`` and
+``jobs_failed`` (built by the upgrade: one read of the jobs table).
+
+``store_stats()`` at 1,000 and 1,000,000 finished jobs: ``make bench``'s ``stats``
+section measures both, before and after; docs/performance.md has the figures.
+
+``job_list()`` answered every column of the jobs table but ``finished_at``,
+which the documentation lists and an operator needs (when did it finish, what
+will a purge take): it now answers the table's columns in its order, then
+``matching``.
+
+Downgrade: the 0013 bodies back, the new objects dropped; no job row changes.
+
+Frozen: runs the SQL files beside this file, as written when this revision
+was made. Changes to sql/ need a new revision.
+
+Revision ID: pgstore_0014
+Revises: pgstore_0013
+"""
+
+from __future__ import annotations
+
+from pgstore.schema.alembic_steps import run_sql_replacing_functions
+from pgstore.schema.function import Function
+
+revision = "pgstore_0014"
+down_revision = "pgstore_0013"
+branch_labels = None
+depends_on = None
+
+#: job_list changes its return type: dropped and created, its grants carried over.
+REPLACED = (
+    (Function("job_list", ("text", "bigint", "integer")),
+     Function("job_list", ("text", "bigint", "integer"))),
+)
+
+
+def upgrade() -> None:
+    run_sql_replacing_functions(__file__, "0014_stats_history.up.sql", list(REPLACED))
+
+
+def downgrade() -> None:
+    run_sql_replacing_functions(__file__, "0014_stats_history.down.sql", list(REPLACED))
