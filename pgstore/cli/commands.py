@@ -638,16 +638,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-addr",
-        default="0.0.0.0",
+        default="127.0.0.1",
         metavar="ADDR",
-        help="the address the metrics are served on (default: 0.0.0.0)",
+        help="the address the metrics are served on (default: 127.0.0.1, this host only; "
+        "0.0.0.0 serves every interface)",
     )
     run.add_argument(
         "--stats-interval",
         type=_seconds,
         metavar="SECONDS",
-        help="read the store_stats() gauges every SECONDS instead of at each scrape (an "
-        "asyncio store: every 15 s unless given)",
+        help="read the store_stats() gauges every SECONDS (default: 15), on a connection of "
+        "their own; a scrape serves the last reading and never reaches the database",
     )
     run.set_defaults(run=_cmd_run)
     return parser
