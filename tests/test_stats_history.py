@@ -3,7 +3,8 @@
 Each test compares store_stats() with the counts read the slow way (a scan of the
 jobs table: what store_stats answered until pgstore_0014), after every kind of
 move a finished job can make: finish, recall, cancel of a failed job, retry,
-remove, purge.
+remove, purge. The readers set ``pgstore.stats_lag_ms`` to 0, so job_history
+moves at every call that may, not once per ten seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ HISTORY = "jobs_dispatched, jobs_recalled, jobs_cancelled, jobs_failed"
 def db(pgstore_database: str, pgstore_schema: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(pgstore_database, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        conn.execute("SET pgstore.stats_lag_ms = 0")  # advance at every call, not every 10 s
         conn.execute("TRUNCATE jobs")
         conn.execute("UPDATE job_history SET upto = -9223372036854775808, finished = 0,"
                      " dispatched = 0, next_upto = NULL, next_snapshot = NULL")

@@ -46,6 +46,7 @@ DECLARE
     v_upto bigint;
     v_next bigint;
     v_snap pg_snapshot;
+    v_lag  bigint;
 BEGIN
     -- Only where it can write, and under READ COMMITTED, where each statement
     -- below reads a snapshot taken after the row lock.
@@ -54,23 +55,43 @@ BEGIN
        OR current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN;
     END IF;
+    -- finished_at is the clock when the finishing statement ran, not when its
+    -- transaction commits: a job can become visible with a finished_at below an
+    -- upto already taken. So an upto is proposed first (the clock less a second,
+    -- read before the snapshot) and taken only once every transaction that was
+    -- running at that snapshot has ended: a transaction that had no xid then
+    -- finishes jobs at a later clock. A proposal is made once upto is ten seconds
+    -- behind (the setting pgstore.stats_lag_ms, in a session, changes that), so a
+    -- call writes (and commits durably) at most about once per ten seconds
+    -- whatever the rate of calls; the others only read the row.
+    v_lag := coalesce(nullif(current_setting('pgstore.stats_lag_ms', true), '')::bigint, 10000);
+    SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
+      FROM job_history h;
+    IF v_snap IS NULL AND v_upto > now_ms() - 1000 - v_lag THEN
+        RETURN;  -- recent enough
+    ELSIF v_snap IS NOT NULL AND EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+        RETURN;  -- the proposal waits for those transactions
+    END IF;
     -- One advance at a time; never wait (another call is at it, or a
-    -- job_history_forget holds the row for a moment).
+    -- job_history_forget holds the row for a moment). The row as it is now:
+    -- another call may have moved it since the read above.
     SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
       FROM job_history h
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- finished_at is the clock when the finishing statement ran, not when its
-    -- transaction commits: a job can become visible with a finished_at below an
-    -- upto already taken. So an upto is proposed first (the clock less a second,
-    -- read before the snapshot) and taken only once every transaction that was
-    -- running at that snapshot has ended: a transaction that had no xid then
-    -- finishes jobs at a later clock.
-    IF v_snap IS NOT NULL AND NOT EXISTS (
-           SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
-            WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+    IF v_snap IS NULL THEN
+        IF v_upto <= now_ms() - 1000 - v_lag THEN
+            v_next := now_ms() - 1000;
+            UPDATE job_history
+               SET next_upto = v_next, next_snapshot = pg_current_snapshot();
+        END IF;
+    ELSIF NOT EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
         UPDATE job_history h
            SET upto = v_next,
                finished = h.finished + c.finished,
@@ -83,23 +104,18 @@ BEGIN
                  WHERE j.finished_at IS NOT NULL
                    AND j.finished_at >= v_upto
                    AND j.finished_at < v_next) AS c;
-        v_upto := v_next;
-        v_snap := NULL;
-    END IF;
-    IF v_snap IS NULL THEN
-        v_next := greatest(now_ms() - 1000, v_upto);
-        UPDATE job_history
-           SET next_upto = v_next, next_snapshot = pg_current_snapshot();
     END IF;
 END
 $$;
 
 COMMENT ON FUNCTION job_history_advance() IS
 'Moves job_history.upto to its next_upto, adding the jobs that finished in between, '
-'once every transaction running when next_upto was proposed has ended; then proposes '
-'the next (now_ms() less a second). Does nothing on a standby, in a read-only or '
-'not READ COMMITTED transaction, or while another call holds the row. Internal: '
-'store_stats calls it.';
+'once every transaction running when next_upto was proposed has ended; proposes the '
+'next (now_ms() less a second) once upto is ten seconds behind (pgstore.stats_lag_ms, '
+'a session setting, in ms, changes that). Writes only then (at most about once per '
+'ten seconds); otherwise it reads the row. Does nothing on a '
+'standby, in a read-only or not READ COMMITTED transaction, or while another call '
+'holds the row. Internal: store_stats calls it.';
 
 CREATE FUNCTION job_history_forget(p_finished_at bigint[], p_dispatched boolean[])
 RETURNS void
