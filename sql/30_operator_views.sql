@@ -11,7 +11,7 @@
 -- for three rare moves: job_retry (a failed job waits again), job_cancel of a
 -- failed job (it counts as cancelled) and job_mark_dispatched of a cancelled
 -- one (a recall). So:
--- * recalled and failed jobs are counted whole, through partial indexes of
+-- * recalled and failed jobs are counted whole, through a partial index of
 --   their own (both stay small: a recall is a cancel racing a dispatch, a
 --   failure needs a person, and job_retry or job_purge take it away);
 -- * every other finished job is counted once, when it is old enough, into
@@ -26,15 +26,16 @@
 -- never touches job_history. job_history_advance moves upto forward only past
 -- jobs whose finish has certainly committed (see there).
 
-CREATE INDEX jobs_recalled ON jobs (run_id) WHERE dispatched AND cancelled;
-CREATE INDEX jobs_failed ON jobs (run_id) WHERE failed AND NOT cancelled AND NOT dispatched;
+-- One index for both small states, not two: every statement that writes the
+-- jobs table opens and tests each of its indexes.
+CREATE INDEX jobs_recalled_or_failed ON jobs (dispatched)
+    WHERE (dispatched AND cancelled) OR (failed AND NOT cancelled AND NOT dispatched);
 
-COMMENT ON INDEX jobs_recalled IS
-'store_stats'' jobs_recalled: dispatched jobs that were cancelled (few: a cancel racing a '
-'dispatch). Leases and renews change none of its columns, so they stay HOT.';
-COMMENT ON INDEX jobs_failed IS
-'store_stats'' jobs_failed and job_list(''failed''): failed jobs, not cancelled nor '
-'dispatched (few: each needs a person; job_retry or job_purge take it away).';
+COMMENT ON INDEX jobs_recalled_or_failed IS
+'store_stats'' jobs_recalled (dispatched and cancelled: a cancel racing a dispatch) and '
+'jobs_failed (failed, not cancelled nor dispatched: each needs a person, and job_retry '
+'or job_purge takes it away), counted from the index alone: both stay few. Leases and '
+'renews change none of its columns, so they stay HOT.';
 
 CREATE TABLE job_history (
     one           boolean PRIMARY KEY DEFAULT true CHECK (one),
@@ -215,7 +216,7 @@ BEGIN
     -- the oldest due job read only the jobs still waiting (the same walk
     -- job_lease makes). The history counts read job_history, the jobs finished
     -- since its upto (the finished jobs' index) and the recalled and failed
-    -- jobs' partial indexes: every finished job is exactly one of dispatched
+    -- jobs' partial index: every finished job is exactly one of dispatched
     -- and not cancelled, recalled, cancelled (not dispatched) or failed (neither),
     -- so cancelled is the rest. A schedule is due and unclaimed from the later of
     -- next_run_at and an expired lease's end.
@@ -224,7 +225,7 @@ BEGIN
            s.total, s.due, s.leased, s.done, os.id, os.since,
            w.pending, w.due, w.due_expired, w.leased,
            f.dispatched_only + r.recalled, r.recalled,
-           f.finished - f.dispatched_only - r.recalled - x.failed, x.failed,
+           f.finished - f.dispatched_only - r.recalled - r.failed, r.failed,
            oj.run_id, oj.dispatch_at
       FROM (SELECT count(*) AS total,
                    count(*) FILTER (WHERE sc.next_run_at <= v_now
@@ -258,13 +259,11 @@ BEGIN
                        AND j.finished_at >= v_upto
                        AND j.finished_at >= (SELECT k2.upto FROM job_history k2)) AS d) AS f
      CROSS JOIN
-           (SELECT count(*) AS recalled
+           (SELECT count(*) FILTER (WHERE j.dispatched) AS recalled,
+                   count(*) FILTER (WHERE NOT j.dispatched) AS failed
               FROM jobs j
-             WHERE j.dispatched AND j.cancelled) AS r
-     CROSS JOIN
-           (SELECT count(*) AS failed
-              FROM jobs j
-             WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched) AS x
+             WHERE (j.dispatched AND j.cancelled)
+                OR (j.failed AND NOT j.cancelled AND NOT j.dispatched)) AS r
       LEFT JOIN LATERAL
            (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
               FROM schedules sc
@@ -294,7 +293,7 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
 'due job (its run_id and dispatch_at). '
 'The waiting counts read the pending index; the history counts read job_history, the '
-'jobs finished since its upto and the small recalled and failed indexes, so their cost '
+'jobs finished since its upto and the small index of recalled and failed jobs, so their cost '
 'does not grow with history (the schedules are scanned). On a primary, under READ '
 'COMMITTED and not read-only, it first moves job_history forward '
 '(job_history_advance): VOLATILE, and it may write that one row.';

@@ -1,7 +1,7 @@
 -- pgstore 0014, downgrade: back to pgstore_0013's store_stats (STABLE, scanning
 -- the history), job_list without finished_at, and job_retry, job_remove and
 -- job_purge without job_history_forget; job_history, its helpers and the
--- recalled and failed indexes are dropped. No job row changes.
+-- index of recalled and failed jobs is dropped. No job row changes.
 
 CREATE OR REPLACE FUNCTION job_retry(p_run_id text, p_dispatch_at bigint) RETURNS text
 LANGUAGE plpgsql
@@ -267,8 +267,7 @@ REVOKE ALL ON FUNCTION job_list(text, bigint, integer) FROM PUBLIC;
 DROP FUNCTION job_history_forget(bigint[], boolean[]);
 DROP FUNCTION job_history_advance();
 DROP TABLE job_history;
-DROP INDEX jobs_failed;
-DROP INDEX jobs_recalled;
+DROP INDEX jobs_recalled_or_failed;
 
 CREATE OR REPLACE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE

@@ -253,6 +253,12 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                  _x(stats["write_ratio"][op])]
                 for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
                                   ("cancel", "job_cancel of a waiting job"))]
+        cpu = stats.get("writes_cpu_us")
+        if cpu:
+            rows += [[f"{label}: server CPU", _us(cpu[f"{op}_before"]),
+                      _us(cpu[f"{op}_after"]), _x(stats["write_cpu_ratio"][op])]
+                     for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
+                                       ("cancel", "job_cancel of a waiting job"))]
         out.append((f"The write path at {small:,} finished jobs, {BEFORE} against head",
                     ["call", BEFORE, "head", "ratio"], rows))
     wake = results.get("wakeup")

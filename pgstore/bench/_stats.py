@@ -17,7 +17,9 @@ Timed, in rounds interleaving the tables (one untimed round first):
 * ``store_stats(NULL)``, ``calls // 10`` calls a round per table;
 * the write path at the small history, ``pgstore_0013`` against head: a lease and
   its mark (``job_lease`` then ``job_mark_dispatched``, timed together), and a
-  ``job_cancel`` of a waiting job, ``calls`` of each a round.
+  ``job_cancel`` of a waiting job, ``calls`` of each a round: the client's wall
+  time, and the server backend's CPU time (``/proc/<pid>/schedstat``, when the
+  server runs on this machine), which the machine's load moves far less.
 
 The history is loaded with one ``INSERT ... SELECT generate_series`` per table.
 """
@@ -25,6 +27,7 @@ The history is loaded with one ``INSERT ... SELECT generate_series`` per table.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from pgstore.bench._common import (
@@ -46,6 +49,15 @@ NOW = 10**13
 BEFORE = "pgstore_0013"
 
 
+def backend_cpu_ns(conn: Conn) -> int | None:
+    """CPU time the server process behind ``conn`` has run, in ns; None when /proc does
+    not show it (a server on another machine)."""
+    try:
+        return int(Path(f"/proc/{conn.info.backend_pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Table:
     """One job table in its own schema (``revision``: head or ``BEFORE``)."""
 
@@ -62,6 +74,8 @@ class Table:
         self.conn: Conn = connect(cfg.dsn)
         self.leased = 0
         self.cancelled = 0
+        #: The server CPU µs per call of the last lease_mark_us / cancel_us (None: unseen).
+        self.cpu_us: float | None = None
 
     def fill(self, history: int, due: int) -> None:
         s = self.s
@@ -109,24 +123,32 @@ class Table:
         t = Timer()
         lease = f"SELECT run_id FROM {self.s}.job_lease('bench', %s, 60000)".encode()
         mark = f"SELECT recorded FROM {self.s}.job_mark_dispatched(%s, 'bench', 'w')".encode()
+        cpu = backend_cpu_ns(self.conn)
         for _ in range(n):
             with t.timing():
                 row = self.conn.execute(lease, (NOW,)).fetchone()
                 assert row is not None and str(row[0]).startswith("d-"), row
                 done = self.conn.execute(mark, (row[0],)).fetchone()
             assert done == (True,), done
+        self._cpu(cpu, n)
         return t.median_us
+
+    def _cpu(self, before: int | None, n: int) -> None:
+        after = backend_cpu_ns(self.conn)
+        self.cpu_us = None if before is None or after is None else (after - before) / 1000 / n
 
     def cancel_us(self, n: int) -> float:
         """Median µs of ``n`` job_cancel calls, each of a waiting job."""
         t = Timer()
         cancel = f"SELECT {self.s}.job_cancel(%s)".encode()
+        cpu = backend_cpu_ns(self.conn)
         for _ in range(n):
             self.cancelled += 1
             run_id = f"c-{self.cancelled:08d}"
             with t.timing():
                 row = self.conn.execute(cancel, (run_id,)).fetchone()
             assert row == ("cancelled",), row
+        self._cpu(cpu, n)
         return t.median_us
 
     def close(self) -> None:
@@ -155,6 +177,7 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
         stats: dict[str, list[float]] = {name: [] for name in tables}
         writes: dict[str, list[float]] = {f"{op}_{side}": [] for op in ("lease_mark", "cancel")
                                           for side in ("before", "after")}
+        cpu: dict[str, list[float]] = {name: [] for name in writes}
         for rep in range(rounds):
             for name, table in tables.items():
                 took = table.stats_us(n_stats)
@@ -162,10 +185,16 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
                     stats[name].append(took)
             for side in ("before", "after"):
                 table = tables[f"{side}_small"]
-                lease_mark, cancel = table.lease_mark_us(n), table.cancel_us(n)
+                lease_mark = table.lease_mark_us(n)
+                lease_mark_cpu = table.cpu_us
+                cancel = table.cancel_us(n)
                 if rep:
                     writes[f"lease_mark_{side}"].append(lease_mark)
                     writes[f"cancel_{side}"].append(cancel)
+                    for name, value in ((f"lease_mark_{side}", lease_mark_cpu),
+                                        (f"cancel_{side}", table.cpu_us)):
+                        if value is not None:
+                            cpu[name].append(value)
         result: dict[str, Any] = {
             "unit": "us per call (median of the calls of a repeat; median of the repeats)",
             "small_rows": small,
@@ -180,6 +209,11 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
             "write_ratio": {op: summarize([a / b for b, a in zip(
                 writes[f"{op}_before"], writes[f"{op}_after"], strict=True)])
                 for op in ("lease_mark", "cancel")},
+            "writes_cpu_us": {name: summarize(v) for name, v in cpu.items()} if all(
+                cpu.values()) else None,
+            "write_cpu_ratio": {op: summarize([a / b for b, a in zip(
+                cpu[f"{op}_before"], cpu[f"{op}_after"], strict=True)])
+                for op in ("lease_mark", "cancel")} if all(cpu.values()) else None,
         }
         s = result["store_stats_us"]
         cfg.log(f"  stats: store_stats at {small:,} / {history:,} finished jobs: "
@@ -188,6 +222,10 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
         w = result["write_ratio"]
         cfg.log(f"  stats: head / {BEFORE}: lease+mark {w['lease_mark']['median']:.3f}x, "
                 f"cancel {w['cancel']['median']:.3f}x")
+        c = result["write_cpu_ratio"]
+        if c is not None:
+            cfg.log(f"  stats: head / {BEFORE}, server CPU: lease+mark "
+                    f"{c['lease_mark']['median']:.3f}x, cancel {c['cancel']['median']:.3f}x")
         return result
     finally:
         for table in tables.values():
