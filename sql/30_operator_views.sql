@@ -1,13 +1,15 @@
 -- pgstore: what an operator (or a monitoring role) reads.
 --
--- Read-only functions over both stores, so the command line, a metrics
--- exporter or a dashboard in any language reads the same numbers through the
--- same privileges as the API: none of them needs SELECT on the tables. Every
--- time is judged against one instant (p_now, NULL meaning now_ms()), and each
--- function is one statement, so its numbers come from one snapshot.
+-- Functions that read both stores (store_stats also moves its own bookkeeping
+-- row, job_history, forward), so the command line, a metrics exporter or a
+-- dashboard in any language reads the same numbers through the same
+-- privileges as the API: none of them needs SELECT on the tables. Every time
+-- is judged against one instant (p_now, NULL meaning now_ms()), and each
+-- answer is one statement, so its numbers come from one snapshot.
 
--- The history counts (dispatched, recalled, cancelled, failed) cost the same at
--- any size of history. A finished job stays finished until it is deleted, but
+-- The history counts (dispatched, recalled, cancelled, failed) never scan the
+-- history: they cost what the recalled and failed jobs and the jobs finished in
+-- the last seconds cost. A finished job stays finished until it is deleted, but
 -- for three rare moves: job_retry (a failed job waits again), job_cancel of a
 -- failed job (it counts as cancelled) and job_mark_dispatched of a cancelled
 -- one (a recall). So:
@@ -293,8 +295,8 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
 'due job (its run_id and dispatch_at). '
 'The waiting counts read the pending index; the history counts read job_history, the '
-'jobs finished since its upto and the small index of recalled and failed jobs, so their cost '
-'does not grow with history (the schedules are scanned). On a primary, under READ '
+'jobs finished since its upto and the small index of recalled and failed jobs, never '
+'the rest of the history (the schedules are scanned). On a primary, under READ '
 'COMMITTED and not read-only, it first moves job_history forward '
 '(job_history_advance): VOLATILE, and it may write that one row.';
 

@@ -1,5 +1,5 @@
--- pgstore 0014: store_stats() costs the same at any size of history; job_list()
--- answers finished_at. See 0014_stats_history.py for why and the figures.
+-- pgstore 0014: store_stats() no longer scans the history; job_list() answers
+-- finished_at. See 0014_stats_history.py for why and the figures.
 
 CREATE INDEX jobs_recalled_or_failed ON jobs (dispatched)
     WHERE (dispatched AND cancelled) OR (failed AND NOT cancelled AND NOT dispatched);
@@ -267,8 +267,8 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
 'due job (its run_id and dispatch_at). '
 'The waiting counts read the pending index; the history counts read job_history, the '
-'jobs finished since its upto and the small index of recalled and failed jobs, so their cost '
-'does not grow with history (the schedules are scanned). On a primary, under READ '
+'jobs finished since its upto and the small index of recalled and failed jobs, never '
+'the rest of the history (the schedules are scanned). On a primary, under READ '
 'COMMITTED and not read-only, it first moves job_history forward '
 '(job_history_advance): VOLATILE, and it may write that one row.';
 
