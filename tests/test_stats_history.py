@@ -207,3 +207,26 @@ def test_concurrent_moves_and_readers_stay_exact(
     assert newest is not None and newest[0] is not None
     _caught_up(db, newest[0])
     assert _stats(db) == _scanned(db)
+
+
+def test_the_memory_store_stamps_finished_at_as_the_sql_does() -> None:
+    """MemoryJobStore's jobs carry finished_at as the SQL's rows do: set by the first
+    finish, kept by a later one, cleared by a retry."""
+    from pgstore.memory.jobs import MemoryJobStore
+
+    store = MemoryJobStore()
+    for run_id in ("sent", "cancelled", "fails"):
+        store.schedule(run_id, 0, 1)
+    assert store.get("sent") is not None and store.get("sent").finished_at is None  # type: ignore[union-attr]
+    leased = {job.run_id: job for job in iter(lambda: store.lease("h", None, 60_000), None)}
+    assert set(leased) == {"sent", "cancelled", "fails"}
+    store.mark_dispatched("sent", "h", "bot")
+    store.cancel("cancelled")
+    store.release("fails", "h", 0)
+    finished = {run_id: store.get(run_id).finished_at for run_id in leased}  # type: ignore[union-attr]
+    assert all(at is not None and at > 1_700_000_000_000 for at in finished.values())
+    time.sleep(0.01)
+    store.mark_dispatched("cancelled", "h", "bot")  # a recall keeps the cancel's time
+    assert store.get("cancelled").finished_at == finished["cancelled"]  # type: ignore[union-attr]
+    store.retry("fails", 0)
+    assert store.get("fails").finished_at is None  # type: ignore[union-attr]
