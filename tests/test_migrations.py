@@ -565,6 +565,50 @@ def test_upgrade_from_0012_replaces_the_batch_bodies_over_held_jobs_and_downgrad
     assert current_revision(dsn, "mig13_upgraded") == "pgstore_0013"
 
 
+def test_upgrade_from_0013_keeps_the_counts_and_job_list_answers_finished_at(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0013 -> 0014 over a history: store_stats() answers the same counts (now without
+    scanning it), job_list() answers finished_at, the client role keeps job_list, and
+    the downgrade restores 0013's catalog and counts."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig14_upgraded", "pgstore_0013")
+    migrate(dsn, "mig14_reference", "pgstore_0013")
+    client = f"mig14_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+    history = "jobs_dispatched, jobs_recalled, jobs_cancelled, jobs_failed"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig14_upgraded")
+        conn.execute(
+            "INSERT INTO jobs (run_id, dispatch_at, dispatched, cancelled, failed, finished_at)"
+            " SELECT 'h-' || i, i, i % 10 <> 3 AND i % 100 <> 7, i % 10 = 3 OR i % 50 = 1,"
+            " i % 100 = 7, i FROM generate_series(1, 2000) i")
+        conn.execute("SELECT job_schedule('waits', 0)")
+        before = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert before == (1780, 40, 200, 20)
+
+    migrate(dsn, "mig14_upgraded", "pgstore_0014")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig14_upgraded")
+        for _ in range(3):  # before job_history moved, and after
+            assert conn.execute(f"SELECT {history} FROM store_stats()").fetchone() == before
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        rows = conn.execute("SELECT run_id, finished_at, matching FROM job_list('all', NULL, 2)"
+                            ).fetchall()
+        assert rows == [("waits", None, 2001), ("h-1", 1, 2001)]
+        assert conn.execute("SELECT job_remove('h-1')").fetchone() is not None
+        conn.execute("RESET ROLE")
+        after = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert after == (1779, 39, 200, 20)  # h-1 was recalled
+
+    downgrade(dsn, "mig14_upgraded", "pgstore_0013")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig14_upgraded") == catalog(conn, "mig14_reference")
+        assert conn.execute(f"SELECT {history} FROM mig14_upgraded.store_stats()").fetchone(
+            ) == after
+    migrate(dsn, "mig14_upgraded", "pgstore_0014")
+    assert current_revision(dsn, "mig14_upgraded") == "pgstore_0014"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

@@ -230,3 +230,24 @@ def test_the_memory_store_stamps_finished_at_as_the_sql_does() -> None:
     assert store.get("cancelled").finished_at == finished["cancelled"]  # type: ignore[union-attr]
     store.retry("fails", 0)
     assert store.get("fails").finished_at is None  # type: ignore[union-attr]
+
+
+def test_read_only_and_repeatable_read_callers_read_exact_counts_and_write_nothing(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """store_stats() in a read-only or a REPEATABLE READ transaction (a standby's
+    reader, a report) answers the same counts and leaves job_history alone."""
+    db.execute("SELECT job_schedule_many(ARRAY['a', 'b', 'c'], ARRAY[0, 0, 0])")
+    for (run_id,) in db.execute("SELECT run_id FROM job_lease_many('h', NULL, 1000, 3)"
+                                ).fetchall():
+        db.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'bot')", (run_id,))
+    assert db.execute("SELECT job_cancel('b')").fetchone() == ("already_dispatched",)
+    kept = db.execute("SELECT * FROM job_history").fetchone()
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        conn.execute("SET pgstore.stats_lag_ms = 0")
+        for mode in ("READ ONLY", "ISOLATION LEVEL REPEATABLE READ"):
+            conn.execute(f"BEGIN {mode}")
+            assert _stats(conn) == _scanned(conn) == (3, 0, 0, 0)
+            conn.execute("COMMIT")
+            assert db.execute("SELECT * FROM job_history").fetchone() == kept
