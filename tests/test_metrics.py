@@ -1,6 +1,8 @@
 """Prometheus metrics (pgstore.runtime.metrics) on PostgreSQL, scraped over HTTP: the
-counters match what the runtimes did, the gauges match the store, one store_stats() call
-per scrape, and ``pgstore run --metrics-port`` serves them."""
+counters match what the runtimes did, the gauges match the store (read per scrape, or by
+StoreStatsReader on its own connection, a failed read kept stale), and ``pgstore run
+--metrics-port`` serves them on 127.0.0.1, unharmed by a scrape flood, closed before its
+store."""
 
 from __future__ import annotations
 
