@@ -266,7 +266,8 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t)
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
-           AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max')
+           AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
+                                 'job_history_advance', 'job_history_forget')
            -- the helpers: not granted to clients
         """,
         (db.schema,),
