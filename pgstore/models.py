@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
@@ -113,6 +113,11 @@ class Job:
     ``lease_sequence`` never repeats for a run_id either when the job is purged or
     removed and scheduled again: every lease is numbered above the sequences of
     every deleted job.
+
+    ``finished_at`` is when the job finished (dispatched, cancelled or failed: the
+    store's clock, epoch ms), once; None while it waits (``retry`` clears it). What
+    ``purge`` compares with its ``before``. Left out of ``==``: a clock reading, on
+    which two stores (or two runs) never agree.
     """
 
     run_id: str
@@ -127,6 +132,7 @@ class Job:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     last_error: str | None = None
     failed: bool = False
+    finished_at: int | None = field(default=None, compare=False)
 
     @property
     def state(self) -> JobState:

@@ -304,22 +304,27 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_at bigint;
+    v_at       bigint;
+    v_finished bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
     v_at := coalesce(p_dispatch_at, now_ms());
 
+    -- The finished_at it clears, for job_history (store_stats' counts).
     UPDATE jobs j
        SET failed = false,
            attempts = 0,
            dispatch_at = v_at,
            finished_at = NULL
+      FROM (SELECT o.finished_at FROM jobs o WHERE o.run_id = p_run_id FOR UPDATE) AS o
      WHERE j.run_id = p_run_id
        AND j.failed
        AND NOT j.cancelled
-       AND NOT j.dispatched;
+       AND NOT j.dispatched
+    RETURNING o.finished_at INTO v_finished;
     IF FOUND THEN
+        PERFORM job_history_forget(ARRAY[v_finished], ARRAY[false]);
         PERFORM pg_notify(job_channel(), v_at::text);
         RETURN 'retried';
     ELSIF EXISTS (SELECT FROM jobs j WHERE j.run_id = p_run_id) THEN
@@ -440,7 +445,9 @@ BEGIN
                    'jobs with job_purge.';
     END IF;
 
-    -- One statement: the delete and the fence it raises (never lowers).
+    -- One statement: the delete and the fence it raises (never lowers). A
+    -- waiting job has no finished_at, so store_stats' history counts (job_history)
+    -- never held it: nothing to forget there.
     WITH gone AS (
         DELETE FROM jobs j WHERE j.run_id = p_run_id RETURNING j.lease_sequence)
     UPDATE job_fences f
@@ -465,8 +472,10 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now     bigint;
-    v_deleted bigint;
+    v_now        bigint;
+    v_deleted    bigint;
+    v_finished   bigint[];
+    v_dispatched boolean[];
 BEGIN
     PERFORM check_primary();
     PERFORM check_present('before', p_before);
@@ -498,13 +507,17 @@ BEGIN
                     ORDER BY c.finished_at, c.run_id
                     LIMIT p_limit
                       FOR UPDATE SKIP LOCKED)
-        RETURNING j.lease_sequence),
+        RETURNING j.lease_sequence, j.finished_at,
+                  j.dispatched AND NOT j.cancelled AS dispatched_only),
     fenced AS (
         UPDATE job_fences f
            SET lease_sequence = g.top
           FROM (SELECT max(d.lease_sequence) AS top FROM gone d) g
          WHERE g.top > f.lease_sequence)
-    SELECT count(*) INTO v_deleted FROM gone;
+    SELECT count(*), array_agg(g.finished_at), array_agg(g.dispatched_only)
+      INTO v_deleted, v_finished, v_dispatched
+      FROM gone g;
+    PERFORM job_history_forget(v_finished, v_dispatched);  -- store_stats' counts
     RETURN v_deleted;
 END
 $$;

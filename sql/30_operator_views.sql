@@ -1,10 +1,180 @@
 -- pgstore: what an operator (or a monitoring role) reads.
 --
--- Read-only functions over both stores, so the command line, a metrics
--- exporter or a dashboard in any language reads the same numbers through the
--- same privileges as the API: none of them needs SELECT on the tables. Every
--- time is judged against one instant (p_now, NULL meaning now_ms()), and each
--- function is one statement, so its numbers come from one snapshot.
+-- Functions that read both stores (store_stats also moves its own bookkeeping
+-- row, job_history, forward), so the command line, a metrics exporter or a
+-- dashboard in any language reads the same numbers through the same
+-- privileges as the API: none of them needs SELECT on the tables. Every time
+-- is judged against one instant (p_now, NULL meaning now_ms()), and each
+-- answer is one statement, so its numbers come from one snapshot.
+
+-- The history counts (dispatched, recalled, cancelled, failed) never scan the
+-- history: they cost what the recalled and failed jobs and the jobs finished in
+-- the last seconds cost. A finished job stays finished until it is deleted, but
+-- for three rare moves: job_retry (a failed job waits again), job_cancel of a
+-- failed job (it counts as cancelled) and job_mark_dispatched of a cancelled
+-- one (a recall). So:
+-- * recalled and failed jobs are counted whole, through a partial index of
+--   their own (both stay small: a recall is a cancel racing a dispatch, a
+--   failure needs a person, and job_retry or job_purge take it away);
+-- * every other finished job is counted once, when it is old enough, into
+--   job_history: how many jobs finished before job_history.upto (finished_at <
+--   upto), and how many of them are dispatched and not cancelled. The first
+--   changes only when such a job is deleted or retried, the second only when
+--   it is deleted, and job_purge, job_remove and job_retry say so to
+--   job_history_forget. store_stats adds the jobs that finished since (finished_at
+--   >= upto: a range of the finished jobs' index), and cancelled is what is left:
+--   finished - dispatched-only - recalled - failed.
+-- The write path of a job (lease, renew, mark, cancel, release) is unchanged: it
+-- never touches job_history. job_history_advance moves upto forward only past
+-- jobs whose finish has certainly committed (see there).
+
+-- One index for both small states, not two: every statement that writes the
+-- jobs table opens and tests each of its indexes.
+CREATE INDEX jobs_recalled_or_failed ON jobs (dispatched)
+    WHERE (dispatched AND cancelled) OR (failed AND NOT cancelled AND NOT dispatched);
+
+COMMENT ON INDEX jobs_recalled_or_failed IS
+'store_stats'' jobs_recalled (dispatched and cancelled: a cancel racing a dispatch) and '
+'jobs_failed (failed, not cancelled nor dispatched: each needs a person, and job_retry '
+'or job_purge takes it away), counted from the index alone: both stay few. Leases and '
+'renews change none of its columns, so they stay HOT.';
+
+CREATE TABLE job_history (
+    one           boolean PRIMARY KEY DEFAULT true CHECK (one),
+    upto          bigint NOT NULL,
+    finished      bigint NOT NULL CHECK (finished >= 0),
+    dispatched    bigint NOT NULL CHECK (dispatched >= 0),
+    next_upto     bigint,
+    next_snapshot pg_snapshot
+);
+
+INSERT INTO job_history (upto, finished, dispatched) VALUES (-9223372036854775808, 0, 0);
+
+COMMENT ON TABLE job_history IS
+'One row: the jobs that finished before upto (finished_at < upto) counted once, so '
+'store_stats reads only the jobs that finished since. Written by job_history_advance '
+'(called by store_stats) and job_history_forget (job_purge, job_remove, job_retry); '
+'no one else may write it. Starts at the smallest bigint: the first store_stats calls '
+'count the whole history once.';
+COMMENT ON COLUMN job_history.finished IS
+'How many jobs with finished_at < upto exist (dispatched, cancelled or failed).';
+COMMENT ON COLUMN job_history.dispatched IS
+'How many of them are dispatched and not cancelled.';
+COMMENT ON COLUMN job_history.next_upto IS
+'The upto proposed by the last job_history_advance: taken once every transaction '
+'running at next_snapshot has ended.';
+COMMENT ON COLUMN job_history.next_snapshot IS
+'pg_current_snapshot() when next_upto was proposed.';
+
+CREATE FUNCTION job_history_advance() RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_upto bigint;
+    v_next bigint;
+    v_snap pg_snapshot;
+    v_lag  bigint;
+BEGIN
+    -- Only where it can write, and under READ COMMITTED, where each statement
+    -- below reads a snapshot taken after the row lock.
+    IF pg_is_in_recovery()
+       OR current_setting('transaction_read_only') = 'on'
+       OR current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    -- finished_at is the clock when the finishing statement ran, not when its
+    -- transaction commits: a job can become visible with a finished_at below an
+    -- upto already taken. So an upto is proposed first (the clock less a second,
+    -- read before the snapshot) and taken only once every transaction that was
+    -- running at that snapshot has ended: a transaction that had no xid then
+    -- finishes jobs at a later clock. A proposal is made once upto is ten seconds
+    -- behind (the setting pgstore.stats_lag_ms, in a session, changes that), so a
+    -- call writes (and commits durably) at most about once per ten seconds
+    -- whatever the rate of calls; the others only read the row.
+    v_lag := coalesce(nullif(current_setting('pgstore.stats_lag_ms', true), '')::bigint, 10000);
+    SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
+      FROM job_history h;
+    IF v_snap IS NULL AND v_upto > now_ms() - 1000 - v_lag THEN
+        RETURN;  -- recent enough
+    ELSIF v_snap IS NOT NULL AND EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+        RETURN;  -- the proposal waits for those transactions
+    END IF;
+    -- One advance at a time; never wait (another call is at it, or a
+    -- job_history_forget holds the row for a moment). The row as it is now:
+    -- another call may have moved it since the read above.
+    SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
+      FROM job_history h
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_snap IS NULL THEN
+        IF v_upto <= now_ms() - 1000 - v_lag THEN
+            v_next := now_ms() - 1000;
+            UPDATE job_history
+               SET next_upto = v_next, next_snapshot = pg_current_snapshot();
+        END IF;
+    ELSIF NOT EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+        UPDATE job_history h
+           SET upto = v_next,
+               finished = h.finished + c.finished,
+               dispatched = h.dispatched + c.dispatched,
+               next_upto = NULL,
+               next_snapshot = NULL
+          FROM (SELECT count(*) AS finished,
+                       count(*) FILTER (WHERE j.dispatched AND NOT j.cancelled) AS dispatched
+                  FROM jobs j
+                 WHERE j.finished_at IS NOT NULL
+                   AND j.finished_at >= v_upto
+                   AND j.finished_at < v_next) AS c;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION job_history_advance() IS
+'Moves job_history.upto to its next_upto, adding the jobs that finished in between, '
+'once every transaction running when next_upto was proposed has ended; proposes the '
+'next (now_ms() less a second) once upto is ten seconds behind (pgstore.stats_lag_ms, '
+'a session setting, in ms, changes that). Writes only then (at most about once per '
+'ten seconds); otherwise it reads the row. Does nothing on a '
+'standby, in a read-only or not READ COMMITTED transaction, or while another call '
+'holds the row. Internal: store_stats calls it.';
+
+CREATE FUNCTION job_history_forget(p_finished_at bigint[], p_dispatched boolean[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_upto bigint;
+BEGIN
+    IF cardinality(p_finished_at) IS NOT DISTINCT FROM 0 OR p_finished_at IS NULL THEN
+        RETURN;
+    END IF;
+    -- Called after the caller changed its rows: waits for a running advance and
+    -- then reads its upto, so a job the advance counted is taken out again.
+    SELECT h.upto INTO v_upto FROM job_history h FOR UPDATE;
+    UPDATE job_history h
+       SET finished = h.finished - c.finished,
+           dispatched = h.dispatched - c.dispatched
+      FROM (SELECT count(*) AS finished, count(*) FILTER (WHERE u.d) AS dispatched
+              FROM unnest(p_finished_at, p_dispatched) AS u(f, d)
+             WHERE u.f < v_upto) AS c
+     WHERE c.finished > 0;
+END
+$$;
+
+COMMENT ON FUNCTION job_history_forget(bigint[], boolean[]) IS
+'Takes jobs that stopped being finished (deleted, or retried) out of job_history''s '
+'counts: p_finished_at[i] their finished_at (NULL: never finished), p_dispatched[i] '
+'whether each was dispatched and not cancelled. Only those with finished_at < upto '
+'were counted. Internal: job_purge, job_remove and job_retry call it, after their '
+'own write.';
 
 CREATE FUNCTION store_stats(p_now bigint DEFAULT NULL)
 RETURNS TABLE (
@@ -26,23 +196,38 @@ RETURNS TABLE (
     oldest_due_job_id       text,
     oldest_due_job_at       bigint
 )
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_now bigint;
+    v_now  bigint;
+    v_upto bigint;
 BEGIN
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- VOLATILE: on a primary it first moves job_history forward (a separate
+    -- statement that never waits); the gauges below are one statement, so one
+    -- snapshot, which sees that move.
+    PERFORM job_history_advance();
+    -- upto only grows, so this earlier reading is a lower bound of the one the
+    -- statement below reads: a known value, which lets the planner walk the
+    -- finished jobs' index for the jobs finished since (the statement's own
+    -- reading, a subquery, is known only when it runs).
+    v_upto := (SELECT k.upto FROM job_history k);
     -- The waiting jobs' WHERE is the partial index's predicate, so that part and
     -- the oldest due job read only the jobs still waiting (the same walk
-    -- job_lease makes); the history counts scan the table. A schedule is due
-    -- and unclaimed from the later of next_run_at and an expired lease's end.
+    -- job_lease makes). The history counts read job_history, the jobs finished
+    -- since its upto (the finished jobs' index) and the recalled and failed
+    -- jobs' partial index: every finished job is exactly one of dispatched
+    -- and not cancelled, recalled, cancelled (not dispatched) or failed (neither),
+    -- so cancelled is the rest. A schedule is due and unclaimed from the later of
+    -- next_run_at and an expired lease's end.
     RETURN QUERY
     SELECT v_now,
            s.total, s.due, s.leased, s.done, os.id, os.since,
            w.pending, w.due, w.due_expired, w.leased,
-           h.dispatched, h.recalled, h.cancelled, h.failed,
+           f.dispatched_only + r.recalled, r.recalled,
+           f.finished - f.dispatched_only - r.recalled - r.failed, r.failed,
            oj.run_id, oj.dispatch_at
       FROM (SELECT count(*) AS total,
                    count(*) FILTER (WHERE sc.next_run_at <= v_now
@@ -64,13 +249,23 @@ BEGIN
               FROM jobs j
              WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed) AS w
      CROSS JOIN
-           (SELECT count(*) FILTER (WHERE j.dispatched) AS dispatched,
-                   count(*) FILTER (WHERE j.dispatched AND j.cancelled) AS recalled,
-                   count(*) FILTER (WHERE j.cancelled AND NOT j.dispatched) AS cancelled,
-                   count(*) FILTER (WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched)
-                     AS failed
+           (SELECT k.finished + d.finished AS finished,
+                   k.dispatched + d.dispatched AS dispatched_only
+              FROM job_history k
+             CROSS JOIN
+                   (SELECT count(*) AS finished,
+                           count(*) FILTER (WHERE j.dispatched AND NOT j.cancelled)
+                             AS dispatched
+                      FROM jobs j
+                     WHERE j.finished_at IS NOT NULL
+                       AND j.finished_at >= v_upto
+                       AND j.finished_at >= (SELECT k2.upto FROM job_history k2)) AS d) AS f
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatched) AS recalled,
+                   count(*) FILTER (WHERE NOT j.dispatched) AS failed
               FROM jobs j
-             WHERE j.dispatched OR j.cancelled OR j.failed) AS h
+             WHERE (j.dispatched AND j.cancelled)
+                OR (j.failed AND NOT j.cancelled AND NOT j.dispatched)) AS r
       LEFT JOIN LATERAL
            (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
               FROM schedules sc
@@ -99,8 +294,11 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 '(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
 'due job (its run_id and dispatch_at). '
-'The waiting counts read the pending index; the history counts and the schedules scan '
-'their tables (about 0.1 s a million rows).';
+'The waiting counts read the pending index; the history counts read job_history, the '
+'jobs finished since its upto and the small index of recalled and failed jobs, never '
+'the rest of the history (the schedules are scanned). On a primary, under READ '
+'COMMITTED and not read-only, it first moves job_history forward '
+'(job_history_advance): VOLATILE, and it may write that one row.';
 
 CREATE FUNCTION job_list(p_filter text, p_now bigint, p_limit integer)
 RETURNS TABLE (
@@ -112,6 +310,7 @@ RETURNS TABLE (
     dispatched   boolean,
     cancelled    boolean,
     lease_sequence bigint,
+    finished_at  bigint,
     attempts     integer,
     max_attempts integer,
     last_error   text,
@@ -135,8 +334,8 @@ BEGIN
     IF p_filter = 'due' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
-               j.last_error, j.failed, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
            AND j.dispatch_at <= v_now
@@ -145,8 +344,8 @@ BEGIN
     ELSIF p_filter = 'dispatched' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
-               j.last_error, j.failed, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          WHERE j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -154,8 +353,8 @@ BEGIN
     ELSIF p_filter = 'failed' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
-               j.last_error, j.failed, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -163,8 +362,8 @@ BEGIN
     ELSE
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
-               j.dispatched, j.cancelled, j.lease_sequence, j.attempts, j.max_attempts,
-               j.last_error, j.failed, count(*) OVER ()
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
           FROM jobs j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
@@ -174,7 +373,8 @@ $$;
 
 COMMENT ON FUNCTION job_list(text, bigint, integer) IS
 'Jobs by dispatch_at, then run_id: the first p_limit (NULL: all) of those p_filter '
-'selects, each row carrying how many match in all (matching). p_filter: ''all''; '
+'selects, with the columns of the jobs table in its order, each row then carrying how '
+'many match in all (matching). p_filter: ''all''; '
 '''due'' (waiting and due at p_now, NULL meaning now_ms(), leased or not); '
 '''dispatched''; ''failed'' (out of attempts and not cancelled: what job_retry takes '
 'back). The operator''s view of the table (pgstore jobs); 22023 for another '

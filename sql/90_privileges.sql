@@ -41,6 +41,8 @@ REVOKE ALL ON FUNCTION job_mark_dispatched_many(text[], text, text[], bigint[]) 
 REVOKE ALL ON FUNCTION job_renew_many(text[], text, bigint, bigint, bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION store_stats(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION job_list(text, bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_history_advance() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_history_forget(bigint[], boolean[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_name(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_positive(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_present(text, anyelement) FROM PUBLIC;
@@ -61,5 +63,5 @@ REVOKE ALL ON FUNCTION check_run_ids(text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_same_length(text, anyarray, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION check_lease_sequences(bigint[], integer) FROM PUBLIC;
 
-REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings, job_fences, store_epoch
-    FROM PUBLIC;
+REVOKE ALL ON TABLE schedules, schedule_fences, jobs, store_settings, job_fences, store_epoch,
+    job_history FROM PUBLIC;

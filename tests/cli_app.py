@@ -12,6 +12,12 @@ table), so the test can see from the database what ran, with which token and own
   dispatched (the bot is recalled).
 * ``make_doomed_dispatcher()``: a Dispatcher whose every dispatch raises, marking
   each attempt (the stored count it was leased with) and each backoff delay.
+* ``make_timed_dispatcher()``: a Dispatcher (ttl 1.5 s, so its keeper renews every
+  0.5 s) whose dispatch marks how late it started (key the run id, token the ms
+  since ``dispatch_at`` by this host's clock) and then takes ``CLI_APP_DISPATCH_S``
+  seconds (default 1), as a provider call does.
+* ``make_slow_closing_dispatcher()``: a Dispatcher whose store takes a second more
+  to close once its pool is closed (as a process with more to tear down does).
 * ``apps.dispatcher``: a dotted path to a Dispatcher; ``not_a_runtime``,
   ``needs_arguments``, ``returns_a_number``, ``raises``: wrong targets.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -95,6 +102,34 @@ def make_dispatcher() -> Dispatcher:
         grace_period=5.0,
         backoff=Backoff(base_ms=100, max_ms=200),
     )
+
+
+def make_timed_dispatcher() -> Dispatcher:
+    """The Dispatcher of the metrics flood test (tests/test_metrics.py)."""
+    took = float(os.environ.get("CLI_APP_DISPATCH_S", "1"))
+
+    def dispatch(job: Job) -> str:
+        late = int(time.time() * 1000) - job.dispatch_at
+        mark("dispatch", job.run_id, late, job.lease_holder or "")
+        time.sleep(took)
+        return f"bot-{job.run_id}"
+
+    return Dispatcher(PgJobStore(DSN, schema=SCHEMA), dispatch, ttl_ms=1_500,
+                      poll_interval=0.05, grace_period=5.0)
+
+
+class SlowClosingJobStore(PgJobStore):
+    """A PgJobStore that lingers a second after closing its pool."""
+
+    def close(self) -> None:
+        super().close()
+        time.sleep(1.0)
+
+
+def make_slow_closing_dispatcher() -> Dispatcher:
+    """The Dispatcher of the shutdown-order test (tests/test_metrics.py)."""
+    return Dispatcher(SlowClosingJobStore(DSN, schema=SCHEMA), lambda job: "bot",
+                      ttl_ms=6_000, poll_interval=0.05, grace_period=1.0)
 
 
 @dataclass(frozen=True)

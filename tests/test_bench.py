@@ -128,6 +128,23 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
         assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_quick_bench_of_the_stats_section(pgstore_database: str, tmp_path: Path) -> None:
+    doc = _bench(pgstore_database, tmp_path, "--only", "stats", "--no-chart")
+    assert doc["errors"] == {}
+    stats = doc["results"]["stats"]
+    assert (stats["small_rows"], stats["big_rows"]) == (200, 5_000)  # --quick sizes
+    assert sorted(stats["store_stats_us"]) == [
+        "after_big", "after_small", "before_big", "before_small"]
+    for name, st in [*stats["store_stats_us"].items(), *stats["writes_us"].items()]:
+        assert _positive(st["median"]) and st["n"] == 3, name  # --quick repeats
+    for side in ("before", "after"):
+        assert _positive(stats["growth"][side]["median"])
+    assert _positive(stats["write_ratio"]["lease_mark"]["median"])
+    text = (tmp_path / "results.md").read_text()
+    assert "store_stats() with 200 vs 5,000 finished jobs" in text
+    assert "The write path at 200 finished jobs, pgstore_0013 against head" in text
+
+
 NODE_PEERS = ("graphile-worker", "pg-boss")
 
 

@@ -268,7 +268,8 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
            AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
-                                 'token_floor_at', 'raise_no_epoch', 'fence_after_restore')
+                                 'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
+                                 'job_history_advance', 'job_history_forget')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py)
         """,

@@ -1,6 +1,8 @@
 """Prometheus metrics (pgstore.runtime.metrics) on PostgreSQL, scraped over HTTP: the
-counters match what the runtimes did, the gauges match the store, one store_stats() call
-per scrape, and ``pgstore run --metrics-port`` serves them."""
+counters match what the runtimes did, the gauges match the store (read per scrape, or by
+StoreStatsReader on its own connection, a failed read kept stale), and ``pgstore run
+--metrics-port`` serves them on 127.0.0.1, unharmed by a scrape flood, closed before its
+store."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -23,7 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from pgstore import AsyncPgJobStore, Job, PgJobStore, PgScheduleStore, StoreStats
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
-from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector, poll_store_stats
+from pgstore.runtime.metrics import (
+    RuntimeMetrics,
+    StoreStatsCollector,
+    StoreStatsReader,
+    poll_store_stats,
+)
 from pgstore.runtime.scheduler import Scheduler
 from tests.cli_support import process_env
 from tests.waiting import WAIT, until
@@ -273,6 +280,60 @@ def test_a_failed_read_is_up_0_and_the_scrape_still_answers(
     store.close()
 
 
+def _wait(what: str, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_the_reader_reads_on_its_own_connection_and_keeps_a_stale_reading(
+    pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
+) -> None:
+    """StoreStatsReader reads on a connection of its own (no store, no pool here), a
+    scrape reads nothing, and a failed read keeps the last reading, marked stale."""
+    registry, url = served
+    _fill(pgstore_database, pgstore_schema)
+    collector = StoreStatsCollector()
+    registry.register(collector)
+    reader = StoreStatsReader(pgstore_database, pgstore_schema, collector, interval=0.05)
+    moved = f"{pgstore_schema}_away"
+    try:
+        reader.start()
+        _wait("a reading", lambda: value(scrape(url), "pgstore_store_stats_up") == 1)
+        page = scrape(url)
+        assert value(page, "pgstore_store_stats_stale") == 0
+        assert value(page, "pgstore_jobs", state="due") == 2
+        assert 0 <= value(page, "pgstore_store_stats_age_seconds") < WAIT
+        assert value(page, "pgstore_store_stats_last_success_timestamp_seconds") > 1.7e9
+        with psycopg.connect(pgstore_database, autocommit=True) as conn:
+            backends = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()").fetchone()
+            assert backends == (1,)  # the reader's one connection
+            conn.execute(psycopg.sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+                psycopg.sql.Identifier(pgstore_schema), psycopg.sql.Identifier(moved)))
+        _wait("a failed read", lambda: value(scrape(url), "pgstore_store_stats_up") == 0)
+        time.sleep(0.2)
+        page = scrape(url)
+        assert value(page, "pgstore_store_stats_stale") == 1
+        assert value(page, "pgstore_jobs", state="due") == 2  # the last good reading
+        assert value(page, "pgstore_store_stats_age_seconds") >= 0.2
+    finally:
+        with psycopg.connect(pgstore_database, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                            (moved,)).fetchone():
+                conn.execute(psycopg.sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+                    psycopg.sql.Identifier(moved), psycopg.sql.Identifier(pgstore_schema)))
+    _wait("read again", lambda: value(scrape(url), "pgstore_store_stats_stale") == 0)
+    reader.close()
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        backends = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()").fetchone()
+    assert backends == (0,)  # closed with the reader
+
+
 def test_the_interval_mode_reads_an_asyncio_store_on_the_loop(
     pgstore_database: str, pgstore_schema: str, served: tuple[CollectorRegistry, str]
 ) -> None:
@@ -430,3 +491,184 @@ def test_a_job_that_fails_for_good_is_counted_and_shown_as_failed(
     assert value(page, "pgstore_jobs_failed") == 1
     assert value(page, "pgstore_jobs", state="dispatched") == 1
     assert value(page, "pgstore_jobs", state="due") == 0  # a failed job is not due
+
+
+def _dispatched(dsn: str, schema: str) -> dict[str, list[int]]:
+    """The timed dispatcher's marks: run id -> how late each dispatch of it started (ms)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(psycopg.sql.SQL(
+            "SELECT key, token FROM {}.cli_app_marks WHERE kind = 'dispatch'").format(
+            psycopg.sql.Identifier(schema))).fetchall()
+    found: dict[str, list[int]] = {}
+    for key, token in rows:
+        found.setdefault(key, []).append(token)
+    return found
+
+
+def _dispatch_round(dsn: str, schema: str, prefix: str, count: int) -> dict[str, list[int]]:
+    """Schedule ``count`` jobs due 0.4 s apart from 0.5 s on; wait until each started."""
+    with PgJobStore(dsn, schema=schema) as jobs:
+        now = jobs.now_ms()
+        ids = [f"{prefix}-{i}" for i in range(count)]
+        for i, run_id in enumerate(ids):
+            jobs.schedule(run_id, now + 500 + 400 * i)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        marks = _dispatched(dsn, schema)
+        if all(run_id in marks for run_id in ids):
+            time.sleep(1.5)  # the last dispatch's run, its renews and its mark
+            return {run_id: _dispatched(dsn, schema)[run_id] for run_id in ids}
+        time.sleep(0.1)
+    raise AssertionError(f"not dispatched within 40 s: {_dispatched(dsn, schema)}")
+
+
+#: The finished jobs under the flood test's dispatcher: a scan of them costs visibly
+#: (about 0.1 s), and so did every scrape until the gauges were read on an interval.
+HISTORY = 1_000_000
+
+
+@pytest.mark.slow
+def test_a_scrape_flood_delays_no_dispatch_and_costs_no_lease(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    """32 scrapers hammering ``pgstore run --metrics-port`` of a Dispatcher over a million
+    finished jobs: its dispatches start as late as without them (a bound from a
+    baseline round in this test), no lease is lost and no job is dispatched twice.
+    (Scrapes used to run store_stats(), which scanned the history, on the runtime's own
+    pool: the dispatcher waited for connections, its keeper's renews came too late.)"""
+    dsn, schema = pgstore_database, pgstore_schema
+    _create_marks(dsn, schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL(
+            "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until, worker_id,"
+            " dispatched, cancelled, finished_at)"
+            " SELECT 'old-' || g, g, 'h', g + 1000, 'w', true, g %% 100 = 0, g + 500"
+            " FROM generate_series(1, %s) AS g").format(psycopg.sql.Identifier(schema)),
+            (HISTORY,))
+        conn.execute(psycopg.sql.SQL("ANALYZE {}.jobs").format(psycopg.sql.Identifier(schema)))
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_timed_dispatcher",
+             "--metrics-port", "0"],
+            cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
+            stderr=err, stdout=subprocess.DEVNULL)
+    stop = threading.Event()
+    scrapes = [0] * 32
+    errors: list[BaseException] = []
+
+    def scraper(i: int) -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(url, timeout=30) as response:
+                    response.read()
+                scrapes[i] += 1
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=scraper, args=(i,)) for i in range(32)]
+    try:
+        deadline = time.monotonic() + 30
+        found = None
+        while found is None and time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"metrics at (http://([\d.]+):\d+/metrics)", log_path.read_text())
+            time.sleep(0.05)
+        assert found is not None, log_path.read_text()
+        url, host = found[1], found[2]
+        baseline = _dispatch_round(dsn, schema, "calm", 4)
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # the flood is on
+        flooded = _dispatch_round(dsn, schema, "flood", 4)
+        stop.set()
+        for t in threads:
+            t.join()
+        page = scrape(url)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = log_path.read_text()
+    calm_late = max(late for lates in baseline.values() for late in lates)
+    flood_late = max(late for lates in flooded.values() for late in lates)
+    bound = 3 * calm_late + 250
+    print(f"scrapes {sum(scrapes)}; latest dispatch start: calm {calm_late} ms, "
+          f"flooded {flood_late} ms (bound {bound} ms)")
+    assert not errors, errors[:3]
+    assert sum(scrapes) >= 32 * 5  # the flood did hammer
+    assert "lease lost" not in log, log
+    assert value(page, "pgstore_leases_lost_total", runtime="dispatcher", reason="expired") == 0
+    assert value(page, "pgstore_leases_lost_total", runtime="dispatcher", reason="refused") == 0
+    assert all(len(lates) == 1 for lates in [*baseline.values(), *flooded.values()])  # one bot
+    assert flood_late <= bound
+    assert value(page, "pgstore_jobs", state="dispatched") >= HISTORY  # the gauges: read
+    assert host == "127.0.0.1"  # this host only, unless --metrics-addr says otherwise
+
+
+def test_pgstore_run_stops_serving_before_it_closes_the_store(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    """Scrapes while ``pgstore run`` shuts down never meet the store's closed pool: the
+    metrics server and the gauges' reader stop first (a scrape then finds no server)."""
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_slow_closing_dispatcher",
+             "--metrics-port", "0"],
+            cwd=REPO, env=process_env(CLI_APP_DSN=pgstore_database,
+                                      CLI_APP_SCHEMA=pgstore_schema),
+            stderr=err, stdout=subprocess.DEVNULL)
+    stop = threading.Event()
+    answered = [0, 0]  # scrapes answered before the signal, after it
+
+    def scraper(url: str) -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    response.read()
+                answered[signalled.is_set()] += 1
+            except OSError:
+                time.sleep(0.01)  # no server (any more)
+
+    signalled = threading.Event()
+    try:
+        deadline = time.monotonic() + 30
+        found = None
+        while found is None and time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"metrics at (http://[\d.]+:\d+/metrics)", log_path.read_text())
+            time.sleep(0.05)
+        assert found is not None, log_path.read_text()
+        threads = [threading.Thread(target=scraper, args=(found[1],)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        signalled.set()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_path.read_text()
+        stop.set()
+        for t in threads:
+            t.join()
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = log_path.read_text()
+    assert answered[0] > 0, log
+    assert "PoolClosed" not in log, log
+    assert "failed" not in log, log
+
+
+def test_pgstore_run_help_says_where_and_how_often() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pgstore", "run", "--help"],
+        cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "default: 127.0.0.1, this host only" in text
+    assert "--stats-interval SECONDS" in text and "(default: 15)" in text
+    assert "never reaches the database" in text

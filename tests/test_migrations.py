@@ -762,14 +762,11 @@ def test_upgrade_from_0013_fences_the_job_store_over_stored_jobs_and_downgrade_b
 def test_upgrade_to_the_restore_epoch_keeps_the_floor_and_downgrade_back(
     pgstore_fresh_database: Callable[[], str],
 ) -> None:
-    """The restore epoch's revision (the head) adds store_epoch at epoch 0: over rows the
-    revision before it wrote, the floor and the next tokens are unchanged, the client role
-    still claims and leases, only the owner fences; the downgrade keeps the rows and
-    leaves a catalog equal to the revision before."""
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_revision("head")
-    assert head is not None and head.revision == pgstore.HEAD_REVISION
-    before_rev = str(head.down_revision)
+    """0015, the restore epoch, adds store_epoch at epoch 0: over rows 0014 wrote, the
+    floor and the next tokens are unchanged, the client role still claims and leases,
+    only the owner fences; the downgrade keeps the rows and leaves a catalog equal to
+    0014's."""
+    before_rev, epoch_rev = "pgstore_0014", "pgstore_0015"
     dsn = pgstore_fresh_database()
     migrate(dsn, "epoch_upgraded", before_rev)
     migrate(dsn, "epoch_reference", before_rev)
@@ -790,7 +787,7 @@ def test_upgrade_to_the_restore_epoch_keeps_the_floor_and_downgrade_back(
         conn.execute("SELECT * FROM job_lease('h', 10, 1000)")
         kept = rows(conn)
 
-    migrate(dsn, "epoch_upgraded")
+    migrate(dsn, "epoch_upgraded", epoch_rev)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET search_path = epoch_upgraded")
         assert rows(conn) == kept
@@ -815,9 +812,53 @@ def test_upgrade_to_the_restore_epoch_keeps_the_floor_and_downgrade_back(
         assert conn.execute("SELECT epoch_upgraded.schema_revision()").fetchone() == (
             before_rev,)
         assert rows(conn) == after
-    migrate(dsn, "epoch_upgraded")
-    assert current_revision(dsn, "epoch_upgraded") == pgstore.HEAD_REVISION
+    migrate(dsn, "epoch_upgraded", epoch_rev)
+    assert current_revision(dsn, "epoch_upgraded") == epoch_rev
 
+
+
+def test_upgrade_to_the_stats_history_keeps_the_counts_and_job_list_answers_finished_at(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0015 -> 0016 over a history: store_stats() answers the same counts (now without
+    scanning it), job_list() answers finished_at, the client role keeps job_list, and
+    the downgrade restores 0015's catalog and counts."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig16_upgraded", "pgstore_0015")
+    migrate(dsn, "mig16_reference", "pgstore_0015")
+    client = f"mig16_upgraded_client_{conninfo_to_dict(dsn)['dbname']}"
+    history = "jobs_dispatched, jobs_recalled, jobs_cancelled, jobs_failed"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig16_upgraded")
+        conn.execute(
+            "INSERT INTO jobs (run_id, dispatch_at, dispatched, cancelled, failed, finished_at)"
+            " SELECT 'h-' || i, i, i % 10 <> 3 AND i % 100 <> 7, i % 10 = 3 OR i % 50 = 1,"
+            " i % 100 = 7, i FROM generate_series(1, 2000) i")
+        conn.execute("SELECT job_schedule('waits', 0)")
+        before = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert before == (1780, 40, 200, 20)
+
+    migrate(dsn, "mig16_upgraded", "pgstore_0016")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig16_upgraded")
+        for _ in range(3):  # before job_history moved, and after
+            assert conn.execute(f"SELECT {history} FROM store_stats()").fetchone() == before
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(client)))
+        rows = conn.execute("SELECT run_id, finished_at, matching FROM job_list('all', NULL, 2)"
+                            ).fetchall()
+        assert rows == [("waits", None, 2001), ("h-1", 1, 2001)]
+        conn.execute("RESET ROLE")
+        assert conn.execute("SELECT job_purge(2, 10)").fetchone() == (1,)  # h-1 alone
+        after = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert after == (1779, 39, 200, 20)  # h-1 was recalled
+
+    downgrade(dsn, "mig16_upgraded", "pgstore_0015")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig16_upgraded") == catalog(conn, "mig16_reference")
+        assert conn.execute(f"SELECT {history} FROM mig16_upgraded.store_stats()").fetchone(
+            ) == after
+    migrate(dsn, "mig16_upgraded", "pgstore_0016")
+    assert current_revision(dsn, "mig16_upgraded") == "pgstore_0016"
 
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()

@@ -594,3 +594,37 @@ def test_schedule_complete_counts_consecutive_failures(db: psycopg.Connection[An
     assert db.execute("SELECT schedule_complete('t', 1, 0, 0, 'error', NULL)").fetchone() == (False,)
     db.execute("SELECT schedule_register('t', 'interval', '2', 0, 0)")
     assert db.execute("SELECT consecutive_failures FROM schedule_get('t')").fetchone() == (1,)
+
+
+def test_job_list_answers_the_jobs_columns_in_order_then_matching(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """job_list answers every column of the jobs table (finished_at included, as
+    docs/sql.md says), in the table's order, then matching; the store's Job carries it."""
+    from pgstore.postgres.jobs import PgJobStore
+
+    table = [c.name for c in db.execute("SELECT * FROM jobs LIMIT 0").description or []]
+    for filter in ("all", "due", "dispatched", "failed"):
+        cursor = db.execute("SELECT * FROM job_list(%s, NULL, 1)", (filter,))
+        assert [c.name for c in cursor.description or []] == [*table, "matching"], filter
+    db.execute("SELECT job_schedule_many(ARRAY['sent', 'waits', 'fails'], ARRAY[0, 0, 0])")
+    db.execute("UPDATE jobs SET max_attempts = 1 WHERE run_id = 'fails'")
+    for (run_id,) in db.execute("SELECT run_id FROM job_lease_many('h', NULL, 1000, 3)"
+                                ).fetchall():
+        if run_id == "sent":
+            db.execute("SELECT * FROM job_mark_dispatched('sent', 'h', 'bot')")
+        elif run_id == "fails":
+            db.execute("SELECT job_release('fails', 'h', 0)")
+    stored = dict(db.execute("SELECT run_id, finished_at FROM jobs").fetchall())
+    listed = dict(db.execute("SELECT run_id, finished_at FROM job_list('all', NULL, NULL)"
+                             ).fetchall())
+    assert listed == stored
+    assert stored["waits"] is None and stored["sent"] is not None
+    assert stored["fails"] is not None
+    with PgJobStore(pgstore_database, schema=pgstore_schema) as store:
+        page = store.list_jobs("all", None, None)
+        assert {j.run_id: j.finished_at for j in page.jobs} == stored
+        assert [j.finished_at for j in store.list_failed()] == [stored["fails"]]
+        store.retry("fails", 0)
+        again = store.get("fails")
+        assert again is not None and again.finished_at is None

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "pgstore_0015"
+HEAD = "pgstore_0016"
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,10 @@ under ``.pgdata/bench``), inside that database, in schemas named
 9. ``retention``: job_lease with ``--retention-rows`` finished jobs of history
    against 1,000, before and after a purge, vacuumed and never vacuumed;
 10. ``burst``: ``--burst-jobs`` jobs due at one instant, drained by W worker
-    processes per system: time to drain, jobs/s, lateness, ``burst.png``.
+    processes per system: time to drain, jobs/s, lateness, ``burst.png``;
+11. ``stats``: ``store_stats()`` at 1,000 and ``--stats-rows`` finished jobs, at
+    ``pgstore_0013`` (which scans the history) and at head, and what head costs
+    a lease with its mark and a cancel against ``pgstore_0013``.
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -126,6 +129,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wakeup-samples", type=_positive, help="wake-up samples (default 30)")
     p.add_argument("--retention-rows", type=_positive,
                    help="finished jobs of history in the retention section (default 1000000)")
+    p.add_argument("--stats-rows", type=_positive,
+                   help="finished jobs of history in the stats section (default 1000000)")
     p.add_argument("--burst-jobs", type=_positive, help="jobs due at once (default 100000)")
     p.add_argument("--burst-workers", type=_positive,
                    help="worker processes per system in the burst (default 8)")
@@ -149,10 +154,11 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.peer_jobs, cfg.peer_repeats, cfg.workers = 300, 1, (1, 2)
         cfg.hot_cycles, cfg.hot_schedules, cfg.wakeup_samples = 1_000, 100, 3
         cfg.retention_rows, cfg.retention_small = 5_000, 200
+        cfg.stats_rows, cfg.stats_small = 5_000, 200
         cfg.burst_jobs, cfg.burst_workers = 2_000, 2
     for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
-                 "burst_jobs", "burst_workers", "burst_repeats", "burst_systems"):
+                 "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -169,12 +175,13 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     from pgstore.bench._peers import run_peers
     from pgstore.bench._retention import run_retention
     from pgstore.bench._scale import run_scale
+    from pgstore.bench._stats import run_stats
     from pgstore.bench._wakeup import run_wakeup
 
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
             "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
             "retention": run_retention,
-            "burst": run_burst}
+            "burst": run_burst, "stats": run_stats}
 
 
 def write(doc: dict[str, Any], out: Path, chart: bool = True,

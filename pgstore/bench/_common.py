@@ -27,7 +27,7 @@ from pgstore.schema.objects import load
 PREFIX = "pgstore_bench_"
 
 SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha",
-            "retention", "burst")
+            "retention", "burst", "stats")
 
 Conn = psycopg.Connection[Any]
 
@@ -54,6 +54,8 @@ class Settings:
     wakeup_samples: int = 30
     retention_rows: int = 1_000_000
     retention_small: int = 1_000
+    stats_rows: int = 1_000_000
+    stats_small: int = 1_000
     burst_jobs: int = 100_000
     burst_workers: int = 8
     burst_repeats: int = 1

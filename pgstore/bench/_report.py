@@ -259,6 +259,29 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                     f"{retention['vacuum_after_purge']})",
                     ["case", f"at {retention['kept_rows']:,}", "this table", "ratio",
                      "buffers per lease (this / small)"], rows))
+    stats = results.get("stats")
+    if stats:
+        from pgstore.bench._stats import BEFORE
+
+        st, small, big = stats["store_stats_us"], stats["small_rows"], stats["big_rows"]
+        rows = [[f"store_stats() at {revision}", _us(st[f"{side}_small"]),
+                 _us(st[f"{side}_big"]), _x(stats["growth"][side])]
+                for side, revision in (("before", BEFORE), ("after", "head"))]
+        out.append((f"store_stats() with {small:,} vs {big:,} finished jobs",
+                    ["revision", f"at {small:,}", f"at {big:,}", "ratio"], rows))
+        wr = stats["writes_us"]
+        rows = [[label, _us(wr[f"{op}_before"]), _us(wr[f"{op}_after"]),
+                 _x(stats["write_ratio"][op])]
+                for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
+                                  ("cancel", "job_cancel of a waiting job"))]
+        cpu = stats.get("writes_cpu_us")
+        if cpu:
+            rows += [[f"{label}: server CPU", _us(cpu[f"{op}_before"]),
+                      _us(cpu[f"{op}_after"]), _x(stats["write_cpu_ratio"][op])]
+                     for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
+                                       ("cancel", "job_cancel of a waiting job"))]
+        out.append((f"The write path at {small:,} finished jobs, {BEFORE} against head",
+                    ["call", BEFORE, "head", "ratio"], rows))
     wake = results.get("wakeup")
     if wake:
         rows = [["schedule → dispatch latency (idle dispatcher, 60 s poll)",

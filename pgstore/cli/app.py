@@ -14,9 +14,13 @@ stay open) in the same event loop, which an asyncio store's pool needs.
 
 With ``metrics_port`` (``--metrics-port N``), the runtime's events are counted
 and ``store_stats()`` read (``pgstore.runtime.metrics``) into the default
-Prometheus registry, served at ``http://ADDR:N/metrics`` while the runtime runs:
-a sync store's gauges are read at each scrape, an asyncio store's every
-``stats_interval`` seconds (or a sync one's, when given).
+Prometheus registry, served at ``http://ADDR:N/metrics`` (ADDR: 127.0.0.1 unless
+``--metrics-addr`` asks for another) while the runtime runs. The gauges are read
+every ``stats_interval`` seconds (15 by default) by a thread of their own, on a
+connection of their own (never the runtime store's pool), for a sync and an
+asyncio store alike: a scrape serves the last reading and never reaches the
+database. At the end the HTTP server and that reader are closed first, then the
+store, so a late scrape never meets a closed pool.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +46,12 @@ from pgstore.runtime.scheduler import Scheduler
 __all__ = ["LOG_FORMAT", "AppError", "MetricsOptions", "load_runtime", "logging_to_stderr",
            "serve"]
 
-#: The interval of an asyncio store's gauges when ``--stats-interval`` is not given.
-ASYNC_STATS_INTERVAL = 15.0
+#: The interval of the store's gauges when ``--stats-interval`` is not given.
+STATS_INTERVAL = 15.0
+
+#: The address the metrics are served on when ``--metrics-addr`` is not given: this
+#: host only. Another (``0.0.0.0``: every interface) must be asked for.
+METRICS_ADDR = "127.0.0.1"
 
 #: One line per event: ``2024-05-01T12:00:00.123Z INFO pgstore.scheduler: message``.
 LOG_FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
@@ -179,17 +187,18 @@ async def _close(store: object) -> None:
 
 @dataclass(frozen=True)
 class MetricsOptions:
-    """``--metrics-port``, ``--metrics-addr``, ``--stats-interval`` (None: at each
-    scrape for a sync store, ``ASYNC_STATS_INTERVAL`` for an asyncio one)."""
+    """``--metrics-port``, ``--metrics-addr`` (``METRICS_ADDR``: this host only),
+    ``--stats-interval`` (None: ``STATS_INTERVAL``)."""
 
     port: int
-    addr: str = "0.0.0.0"
+    addr: str = METRICS_ADDR
     stats_interval: float | None = None
 
 
 class _Metrics:
-    """The metrics of one ``pgstore run``: counters subscribed, gauges registered, the
-    HTTP server started; ``poll()`` the interval reader (if any), ``close()`` undoes."""
+    """The metrics of one ``pgstore run``: counters subscribed, gauges registered and
+    read by their own reader (its own thread and connection), the HTTP server
+    started; ``close()`` undoes it all, the server first."""
 
     def __init__(self, runtime: AppRuntime, options: MetricsOptions) -> None:
         try:
@@ -199,24 +208,22 @@ class _Metrics:
         except ImportError as exc:
             raise AppError(f"--metrics-port needs prometheus_client ({exc}): "
                            "pip install 'pgstore[metrics]'") from None
-        self._poll: Callable[[], Awaitable[None]] | None = None
         self._registry = REGISTRY
-        self._counters = metrics.RuntimeMetrics(REGISTRY)
-        self._unsubscribe = self._counters.observe(runtime)
-        stats = getattr(runtime.store, "stats", None)
+        self._server: Any = None
+        counters = metrics.RuntimeMetrics(REGISTRY)
+        self._counters: metrics.RuntimeMetrics | None = counters
+        self._unsubscribe = counters.observe(runtime)
         self._collector: metrics.StoreStatsCollector | None = None
-        if stats is not None:
-            asynchronous = inspect.iscoroutinefunction(stats)
-            interval = options.stats_interval
-            if interval is None and not asynchronous:
-                self._collector = metrics.StoreStatsCollector(stats)
-            else:
-                self._collector = metrics.StoreStatsCollector()
-                every = ASYNC_STATS_INTERVAL if interval is None else interval
-                read = stats if asynchronous else lambda: asyncio.to_thread(stats)
-                collector = self._collector
-                self._poll = lambda: metrics.poll_store_stats(collector, read, every)
+        self._reader: metrics.StoreStatsReader | None = None
+        store = runtime.store
+        conninfo = getattr(store, "conninfo", None)
+        schema = getattr(store, "schema", None)
+        if callable(conninfo) and isinstance(schema, str) and hasattr(store, "stats"):
+            self._collector = metrics.StoreStatsCollector()
             REGISTRY.register(self._collector)
+            interval = STATS_INTERVAL if options.stats_interval is None else options.stats_interval
+            self._reader = metrics.StoreStatsReader(conninfo(), schema, self._collector, interval)
+            self._reader.start()
         try:
             self._server, _ = start_http_server(options.port, options.addr, REGISTRY)
         except OSError as exc:
@@ -225,29 +232,33 @@ class _Metrics:
         host, port = self._server.server_address[:2]
         log.info("metrics at http://%s:%d/metrics", host, port)
 
-    def poll(self) -> Awaitable[None] | None:
-        return None if self._poll is None else self._poll()
-
     def close(self) -> None:
-        server = getattr(self, "_server", None)
+        """Stop serving (a scrape under way finishes), then stop the gauges' reader and
+        close its connection, then unregister. Idempotent."""
+        server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
-        self._unsubscribe()
-        self._counters.unregister()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
         if self._collector is not None:
             self._registry.unregister(self._collector)
+            self._collector = None
+        if self._counters is not None:
+            self._unsubscribe()
+            self._counters.unregister()
+            self._counters = None
 
 
 async def _run_then_close(runtime: AppRuntime, metrics: _Metrics | None) -> None:
-    poll = None if metrics is None else metrics.poll()
-    poller = None if poll is None else asyncio.ensure_future(poll)
     try:
         await runtime.run(handle_signals=threading.current_thread() is threading.main_thread())
     finally:
-        if poller is not None:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
+        # The metrics first: a scrape (or a read) after the store's close would meet a
+        # closed pool.
+        if metrics is not None:
+            await asyncio.to_thread(metrics.close)
         await _close(runtime.store)
 
 

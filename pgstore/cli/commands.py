@@ -506,9 +506,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade the schema; to base (the default) drops the store and its data",
         description=(
             "Downgrade the schema to --revision. A downgrade across a revision that added "
-            "a table or a column drops it with its data: below pgstore_0015 the store_epoch "
-            "table; below pgstore_0014 the job_fences "
-            "table and store_settings.max_lease_ms; below pgstore_0011 "
+            "a table or a column drops it with its data: below pgstore_0016 the "
+            "job_history table (store_stats' counts, rebuilt on the next upgrade); below "
+            "pgstore_0015 the store_epoch table; below pgstore_0014 the job_fences table "
+            "and store_settings.max_lease_ms; below pgstore_0011 "
             "schedules.catch_up; below pgstore_0010 the attempts, failed state and last "
             "errors; below pgstore_0009 jobs.finished_at; below pgstore_0007 "
             "jobs.lease_sequence; below pgstore_0006 store_settings; below pgstore_0002 "
@@ -725,16 +726,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--metrics-addr",
-        default="0.0.0.0",
+        default="127.0.0.1",
         metavar="ADDR",
-        help="the address the metrics are served on (default: 0.0.0.0)",
+        help="the address the metrics are served on (default: 127.0.0.1, this host only; "
+        "0.0.0.0 serves every interface)",
     )
     run.add_argument(
         "--stats-interval",
         type=_seconds,
         metavar="SECONDS",
-        help="read the store_stats() gauges every SECONDS instead of at each scrape (an "
-        "asyncio store: every 15 s unless given)",
+        help="read the store_stats() gauges every SECONDS (default: 15), on a connection of "
+        "their own; a scrape serves the last reading and never reaches the database",
     )
     run.set_defaults(run=_cmd_run)
     return parser

@@ -187,6 +187,14 @@ def due_state(job: Job, now_ms: int) -> str:
     return f"overdue {late}" if pending else f"{late} ago"
 
 
+def finished_state(job: Job, now_ms: int) -> str:
+    """How long ago the job finished (``finished_at``): ``12s ago``, what ``pgstore purge
+    --older-than`` compares; ``-`` for a job still waiting."""
+    if job.finished_at is None:
+        return NULL
+    return f"{format_duration(max(0, now_ms - job.finished_at))} ago"
+
+
 def holder_lease_state(
     holder: str | None, lease_until: int | None, now_ms: int, limit: int | None = None
 ) -> str:
@@ -210,8 +218,8 @@ def job_lease_state(job: Job, now_ms: int, limit: int | None = None) -> str:
 
 
 JOB_COLUMNS = (
-    "run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "failed", "attempts",
-    "worker_id", "last_error",
+    "run_id", "dispatch_at", "due", "lease", "dispatched", "cancelled", "failed", "finished",
+    "attempts", "worker_id", "last_error",
 )
 
 
@@ -234,6 +242,7 @@ def jobs_table(jobs: Sequence[Job], now_ms: int, width: int | None = None) -> st
                 _yes_no(j.dispatched),
                 _yes_no(j.cancelled),
                 _yes_no(j.failed),
+                finished_state(j, now_ms),
                 f"{j.attempts}/{j.max_attempts}",
                 clip(j.worker_id, limit) if j.worker_id is not None else NULL,
                 clip(j.last_error, limit) if j.last_error is not None else NULL,

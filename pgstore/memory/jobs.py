@@ -93,12 +93,18 @@ class MemoryJobStore:
             "default_max_attempts", default_max_attempts, maximum=v.INTEGER_MAX
         )
         self._jobs: dict[str, Job] = {}
-        #: finished_at by run_id (this process's clock): kept beside the jobs, as SQL keeps
-        #: the column beside the row, since ``Job`` does not carry it.
+        #: finished_at by run_id (this process's clock), also on each finished ``Job``:
+        #: what purge walks, oldest first.
         self._finished: dict[str, int] = {}
         #: The greatest lease_sequence of any job deleted (SQL's job_fences.lease_sequence).
         self._fence = 0
         self._lock = threading.Lock()
+
+    def _finish(self, run_id: str, job: Job) -> None:
+        """Store ``job``, which just finished (dispatched, cancelled or failed): its
+        ``finished_at`` is the first finish's time, as the SQL's coalesce keeps it."""
+        at = self._finished.setdefault(run_id, wall_clock_ms())
+        self._jobs[run_id] = job if job.finished_at == at else replace(job, finished_at=at)
 
     def start(self) -> None:
         """Nothing to set up."""
@@ -178,8 +184,7 @@ class MemoryJobStore:
                 return MarkResult(cancelled=False, recorded=False)
             if job.lease_holder != holder or not _same_lease(job, lease_sequence):
                 return MarkResult(cancelled=job.cancelled, recorded=False)
-            self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
-            self._finished.setdefault(run_id, wall_clock_ms())
+            self._finish(run_id, replace(job, dispatched=True, worker_id=worker_id))
             return MarkResult(cancelled=job.cancelled, recorded=True)
 
     def release(
@@ -204,10 +209,9 @@ class MemoryJobStore:
                 return False
             last_error = job.last_error if error is None else error
             if job.last_attempt:
-                self._jobs[run_id] = replace(
+                self._finish(run_id, replace(
                     job, lease_holder=None, lease_until=None, failed=True, last_error=last_error
-                )
-                self._finished.setdefault(run_id, wall_clock_ms())
+                ))
             else:
                 self._jobs[run_id] = replace(
                     job, lease_holder=None, lease_until=None, dispatch_at=retry_at,
@@ -225,7 +229,8 @@ class MemoryJobStore:
                 return RetryResult.MISSING
             if job.state != "failed":
                 return RetryResult.NOT_FAILED
-            self._jobs[run_id] = replace(job, failed=False, attempts=0, dispatch_at=at)
+            self._jobs[run_id] = replace(job, failed=False, attempts=0, dispatch_at=at,
+                                         finished_at=None)
             self._finished.pop(run_id, None)
             return RetryResult.RETRIED
 
@@ -247,8 +252,7 @@ class MemoryJobStore:
                 return CancelResult.MISSING
             if job.dispatched:
                 return CancelResult.ALREADY_DISPATCHED
-            self._jobs[run_id] = replace(job, cancelled=True)
-            self._finished.setdefault(run_id, wall_clock_ms())
+            self._finish(run_id, replace(job, cancelled=True))
             return CancelResult.CANCELLED
 
     def get(self, run_id: str) -> Job | None:
@@ -374,8 +378,7 @@ class MemoryJobStore:
                 elif job.lease_holder != holder or not _same_lease(job, fence):
                     answers.append(MarkResult(cancelled=job.cancelled, recorded=False))
                 else:
-                    self._jobs[run_id] = replace(job, dispatched=True, worker_id=worker_id)
-                    self._finished.setdefault(run_id, wall_clock_ms())
+                    self._finish(run_id, replace(job, dispatched=True, worker_id=worker_id))
                     answers.append(MarkResult(cancelled=job.cancelled, recorded=True))
         return answers
 

@@ -7,18 +7,25 @@ Two parts, registered into any ``CollectorRegistry`` (the default one unless tol
   Scheduler or Dispatcher; one instance observes every runtime of the process
   (series are labelled by ``runtime``, never by owner or subject).
 * ``StoreStatsCollector``: gauges from ONE call of ``store_stats()`` (one
-  snapshot), read at each scrape (``read=store.stats``), or on an interval by a
-  task of the application's loop (``poll_store_stats``), which an asyncio store
-  needs: a scrape runs in the HTTP server's thread, not on the loop.
+  snapshot). A scrape serves the last reading, which ``StoreStatsReader`` takes
+  every ``interval`` seconds on a connection of its own (a thread: a sync or an
+  asyncio store alike), so a scrape never reaches the database, however many
+  scrapers there are, and never takes a connection the runtime needs.
+  (``read=store.stats``, reading at each scrape on the caller's connection, and
+  ``poll_store_stats``, a task of the application's loop, remain for
+  applications that wire their own.)
 
 Wiring into an application's own registry::
 
     from prometheus_client import CollectorRegistry
-    from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector
+    from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector, StoreStatsReader
 
     registry = CollectorRegistry()
     RuntimeMetrics(registry).observe(dispatcher)
-    registry.register(StoreStatsCollector(store.stats))
+    gauges = StoreStatsCollector()
+    registry.register(gauges)
+    reader = StoreStatsReader(store.conninfo(), store.schema, gauges, interval=15.0)
+    reader.start()          # ... reader.close() at shutdown, before the store's close
 
 ``pgstore run --metrics-port N`` does the same on the default registry and
 serves it (``prometheus_client.start_http_server``). docs/metrics.md lists every
@@ -28,17 +35,22 @@ series.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
+import psycopg
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgstore.models import StoreStats
+from pgstore.postgres.store import SyncStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.events import RuntimeKind
 
@@ -48,10 +60,16 @@ if TYPE_CHECKING:
 __all__ = [
     "HANDLER_BUCKETS",
     "LATENESS_BUCKETS",
+    "STATS_INTERVAL",
     "RuntimeMetrics",
     "StoreStatsCollector",
+    "StoreStatsReader",
     "poll_store_stats",
 ]
+
+#: How often ``StoreStatsReader`` reads ``store_stats()`` unless told (``pgstore run``'s
+#: ``--stats-interval`` default).
+STATS_INTERVAL = 15.0
 
 log = logging.getLogger("pgstore.metrics")
 
@@ -194,47 +212,63 @@ class RuntimeMetrics:
 
 
 class StoreStatsCollector(Collector):
-    """Gauges from one ``store_stats()`` reading: at each scrape through ``read`` (a
-    sync store's ``stats``), or the last reading given to ``update`` (the interval
-    mode, ``poll_store_stats``). A failed read is logged and reported as
-    ``pgstore_store_stats_up 0`` with no other gauge (a stale number is never shown
-    as a current one); the scrape itself never fails."""
+    """Gauges from one ``store_stats()`` reading: the last reading given to ``update``
+    (``StoreStatsReader``, ``poll_store_stats``), or, with ``read`` (a sync store's
+    ``stats``), one read at each scrape. A failed read is logged and reported as
+    ``pgstore_store_stats_up 0`` and ``pgstore_store_stats_stale 1``; the gauges keep
+    the last good reading, whose age ``pgstore_store_stats_age_seconds`` and
+    ``pgstore_store_stats_last_success_timestamp_seconds`` show (no gauge at all
+    before a first good reading). The scrape itself never fails."""
 
     def __init__(self, read: Callable[[], StoreStats] | None = None,
                  *, namespace: str = "pgstore") -> None:
         self._read = read
         self._prefix = namespace + "_" if namespace else ""
-        self._last: StoreStats | None = None  # no reading yet: up 0
-        self._last_seconds = 0.0
+        self._lock = threading.Lock()
+        self._last: StoreStats | None = None  # the last good reading (None: none yet)
+        self._last_at = 0.0  # time.time() of that reading
+        self._ok = False  # whether the latest read succeeded
+        self._last_seconds = 0.0  # how long the latest read took
 
     def update(self, stats: StoreStats | None, seconds: float = 0.0) -> None:
-        """The interval mode's new reading (``None``: the read failed), which took
-        ``seconds``."""
-        self._last, self._last_seconds = stats, seconds
+        """A new reading (``None``: the read failed; the last good one is kept, stale),
+        which took ``seconds``."""
+        with self._lock:
+            self._ok, self._last_seconds = stats is not None, seconds
+            if stats is not None:
+                self._last, self._last_at = stats, time.time()
 
     def describe(self) -> Iterable[Metric]:
         """The families without samples (registering reads nothing from the store)."""
-        return self._families(None, 0.0, samples=False)
+        return self._families(None, samples=False)
 
     def collect(self) -> Iterable[Metric]:
-        if self._read is None:
-            return self._families(self._last, self._last_seconds)
-        started = time.monotonic()
-        try:
-            stats: StoreStats | None = self._read()
-        except Exception as exc:
-            log.warning("store_stats() for the metrics failed: %s: %s", type(exc).__name__, exc)
-            stats = None
-        return self._families(stats, time.monotonic() - started)
+        if self._read is not None:
+            started = time.monotonic()
+            try:
+                stats: StoreStats | None = self._read()
+            except Exception as exc:
+                log.warning("store_stats() for the metrics failed: %s: %s",
+                            type(exc).__name__, exc)
+                stats = None
+            self.update(stats, time.monotonic() - started)
+        return self._families(time.time())
 
-    def _families(
-        self, stats: StoreStats | None, seconds: float, *, samples: bool = True
-    ) -> list[Metric]:
+    def _families(self, now: float | None, *, samples: bool = True) -> list[Metric]:
         p = self._prefix
         up = GaugeMetricFamily(p + "store_stats_up",
                                "1 when the last store_stats() read succeeded, else 0.")
         took = GaugeMetricFamily(p + "store_stats_read_seconds",
                                  "How long the last store_stats() read took.")
+        stale = GaugeMetricFamily(
+            p + "store_stats_stale", "1 when the gauges are an older reading, kept because "
+            "the last read failed; else 0.")
+        last_at = GaugeMetricFamily(
+            p + "store_stats_last_success_timestamp_seconds",
+            "Unix time of the reading the gauges show (absent before the first).")
+        age = GaugeMetricFamily(
+            p + "store_stats_age_seconds",
+            "Seconds since the reading the gauges show was taken (absent before the first).")
         schedules = GaugeMetricFamily(
             p + "schedules", "Schedules by state at the reading: due (claimable), leased, "
             "done (one-shots run), all.", labels=["state"])
@@ -255,14 +289,19 @@ class StoreStatsCollector(Collector):
         schedule_age = GaugeMetricFamily(
             p + "oldest_due_schedule_age_seconds",
             "Seconds the longest-claimable schedule has been due (0: none due).")
-        families: list[Metric] = [up, took, schedules, jobs, expired, recalled, failed,
-                                  job_age, schedule_age]
-        if not samples:
+        families: list[Metric] = [up, took, stale, last_at, age, schedules, jobs, expired,
+                                  recalled, failed, job_age, schedule_age]
+        if not samples or now is None:
             return families
-        up.add_metric([], 0 if stats is None else 1)
+        with self._lock:
+            stats, ok, seconds, at = self._last, self._ok, self._last_seconds, self._last_at
+        up.add_metric([], 1 if ok else 0)
         took.add_metric([], seconds)
         if stats is None:
             return families
+        stale.add_metric([], 0 if ok else 1)
+        last_at.add_metric([], at)
+        age.add_metric([], max(0.0, now - at))
         for state, count in (("all", stats.schedules), ("due", stats.schedules_due),
                              ("leased", stats.schedules_leased),
                              ("done", stats.schedules_done)):
@@ -278,6 +317,74 @@ class StoreStatsCollector(Collector):
         schedule_age.add_metric([], _age(stats.now, stats.oldest_due_schedule_since))
         failed.add_metric([], stats.jobs_failed)
         return families
+
+
+class StoreStatsReader:
+    """Reads ``store_stats()`` every ``interval`` seconds into ``collector``, from a
+    thread of its own, on a connection of its own to ``conninfo`` (opened at the
+    first read, opened again after a failed one; never the runtime store's pool), so
+    neither scrapes nor a slow read can take a connection or the event loop from the
+    runtime. The first read starts at once. A failed read is logged and leaves the
+    last good reading in place, stale (``StoreStatsCollector``). ``close()`` stops the
+    thread (a read under way finishes first) and closes the connection."""
+
+    def __init__(self, conninfo: str, schema: str, collector: StoreStatsCollector,
+                 interval: float = STATS_INTERVAL) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be positive, not {interval!r}")
+        self._conninfo, self._schema = conninfo, schema
+        self._collector, self._interval = collector, interval
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[object] | None = None
+        self._thread = threading.Thread(target=self._loop, name="pgstore-stats", daemon=True)
+
+    def start(self) -> None:
+        """Start reading (once)."""
+        self._thread.start()
+
+    def read_once(self) -> StoreStats | None:
+        """One reading into the collector, now; the reading, or None when it failed."""
+        started = time.monotonic()
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(_with_timeout(self._conninfo), autocommit=True)
+            stats: StoreStats | None = SyncStore(self._conn, schema=self._schema).stats()
+        except Exception as exc:
+            log.warning("store_stats() for the metrics failed: %s: %s", type(exc).__name__, exc)
+            stats = None
+            self._disconnect()  # a fresh connection at the next read
+        self._collector.update(stats, time.monotonic() - started)
+        return stats
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.read_once()
+                self._stop.wait(self._interval)
+        finally:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                conn.close()
+
+    def close(self) -> None:
+        """Stop reading and close the connection; waits for a read under way."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        else:
+            self._disconnect()
+
+
+def _with_timeout(conninfo: str) -> str:
+    """``conninfo`` with a connect timeout (10 s) unless it sets one: ``close()`` waits
+    for a read under way, a connection attempt included."""
+    if "connect_timeout" in conninfo_to_dict(conninfo):
+        return conninfo
+    return make_conninfo(conninfo, connect_timeout=10)
 
 
 def _age(now: int, since: int | None) -> float:

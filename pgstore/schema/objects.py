@@ -20,7 +20,7 @@ from psycopg import sql
 from pgstore.errors import InvalidArgument
 
 #: The migration revision that sql/ describes; sql/00_common.sql's schema_revision() returns it.
-HEAD_REVISION = "pgstore_0015"
+HEAD_REVISION = "pgstore_0016"
 
 #: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"

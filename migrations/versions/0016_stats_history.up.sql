@@ -1,0 +1,505 @@
+-- pgstore 0014: store_stats() no longer scans the history; job_list() answers
+-- finished_at. See 0014_stats_history.py for why and the figures.
+
+CREATE INDEX jobs_recalled_or_failed ON jobs (dispatched)
+    WHERE (dispatched AND cancelled) OR (failed AND NOT cancelled AND NOT dispatched);
+
+COMMENT ON INDEX jobs_recalled_or_failed IS
+'store_stats'' jobs_recalled (dispatched and cancelled: a cancel racing a dispatch) and '
+'jobs_failed (failed, not cancelled nor dispatched: each needs a person, and job_retry '
+'or job_purge takes it away), counted from the index alone: both stay few. Leases and '
+'renews change none of its columns, so they stay HOT.';
+
+CREATE TABLE job_history (
+    one           boolean PRIMARY KEY DEFAULT true CHECK (one),
+    upto          bigint NOT NULL,
+    finished      bigint NOT NULL CHECK (finished >= 0),
+    dispatched    bigint NOT NULL CHECK (dispatched >= 0),
+    next_upto     bigint,
+    next_snapshot pg_snapshot
+);
+
+INSERT INTO job_history (upto, finished, dispatched) VALUES (-9223372036854775808, 0, 0);
+
+COMMENT ON TABLE job_history IS
+'One row: the jobs that finished before upto (finished_at < upto) counted once, so '
+'store_stats reads only the jobs that finished since. Written by job_history_advance '
+'(called by store_stats) and job_history_forget (job_purge, job_remove, job_retry); '
+'no one else may write it. Starts at the smallest bigint: the first store_stats calls '
+'count the whole history once.';
+COMMENT ON COLUMN job_history.finished IS
+'How many jobs with finished_at < upto exist (dispatched, cancelled or failed).';
+COMMENT ON COLUMN job_history.dispatched IS
+'How many of them are dispatched and not cancelled.';
+COMMENT ON COLUMN job_history.next_upto IS
+'The upto proposed by the last job_history_advance: taken once every transaction '
+'running at next_snapshot has ended.';
+COMMENT ON COLUMN job_history.next_snapshot IS
+'pg_current_snapshot() when next_upto was proposed.';
+
+CREATE FUNCTION job_history_advance() RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_upto bigint;
+    v_next bigint;
+    v_snap pg_snapshot;
+    v_lag  bigint;
+BEGIN
+    -- Only where it can write, and under READ COMMITTED, where each statement
+    -- below reads a snapshot taken after the row lock.
+    IF pg_is_in_recovery()
+       OR current_setting('transaction_read_only') = 'on'
+       OR current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    -- finished_at is the clock when the finishing statement ran, not when its
+    -- transaction commits: a job can become visible with a finished_at below an
+    -- upto already taken. So an upto is proposed first (the clock less a second,
+    -- read before the snapshot) and taken only once every transaction that was
+    -- running at that snapshot has ended: a transaction that had no xid then
+    -- finishes jobs at a later clock. A proposal is made once upto is ten seconds
+    -- behind (the setting pgstore.stats_lag_ms, in a session, changes that), so a
+    -- call writes (and commits durably) at most about once per ten seconds
+    -- whatever the rate of calls; the others only read the row.
+    v_lag := coalesce(nullif(current_setting('pgstore.stats_lag_ms', true), '')::bigint, 10000);
+    SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
+      FROM job_history h;
+    IF v_snap IS NULL AND v_upto > now_ms() - 1000 - v_lag THEN
+        RETURN;  -- recent enough
+    ELSIF v_snap IS NOT NULL AND EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+        RETURN;  -- the proposal waits for those transactions
+    END IF;
+    -- One advance at a time; never wait (another call is at it, or a
+    -- job_history_forget holds the row for a moment). The row as it is now:
+    -- another call may have moved it since the read above.
+    SELECT h.upto, h.next_upto, h.next_snapshot INTO v_upto, v_next, v_snap
+      FROM job_history h
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_snap IS NULL THEN
+        IF v_upto <= now_ms() - 1000 - v_lag THEN
+            v_next := now_ms() - 1000;
+            UPDATE job_history
+               SET next_upto = v_next, next_snapshot = pg_current_snapshot();
+        END IF;
+    ELSIF NOT EXISTS (
+              SELECT FROM pg_snapshot_xip(v_snap) AS x(xid)
+               WHERE pg_xact_status(x.xid) IS NOT DISTINCT FROM 'in progress') THEN
+        UPDATE job_history h
+           SET upto = v_next,
+               finished = h.finished + c.finished,
+               dispatched = h.dispatched + c.dispatched,
+               next_upto = NULL,
+               next_snapshot = NULL
+          FROM (SELECT count(*) AS finished,
+                       count(*) FILTER (WHERE j.dispatched AND NOT j.cancelled) AS dispatched
+                  FROM jobs j
+                 WHERE j.finished_at IS NOT NULL
+                   AND j.finished_at >= v_upto
+                   AND j.finished_at < v_next) AS c;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION job_history_advance() IS
+'Moves job_history.upto to its next_upto, adding the jobs that finished in between, '
+'once every transaction running when next_upto was proposed has ended; proposes the '
+'next (now_ms() less a second) once upto is ten seconds behind (pgstore.stats_lag_ms, '
+'a session setting, in ms, changes that). Writes only then (at most about once per '
+'ten seconds); otherwise it reads the row. Does nothing on a '
+'standby, in a read-only or not READ COMMITTED transaction, or while another call '
+'holds the row. Internal: store_stats calls it.';
+
+CREATE FUNCTION job_history_forget(p_finished_at bigint[], p_dispatched boolean[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_upto bigint;
+BEGIN
+    IF cardinality(p_finished_at) IS NOT DISTINCT FROM 0 OR p_finished_at IS NULL THEN
+        RETURN;
+    END IF;
+    -- Called after the caller changed its rows: waits for a running advance and
+    -- then reads its upto, so a job the advance counted is taken out again.
+    SELECT h.upto INTO v_upto FROM job_history h FOR UPDATE;
+    UPDATE job_history h
+       SET finished = h.finished - c.finished,
+           dispatched = h.dispatched - c.dispatched
+      FROM (SELECT count(*) AS finished, count(*) FILTER (WHERE u.d) AS dispatched
+              FROM unnest(p_finished_at, p_dispatched) AS u(f, d)
+             WHERE u.f < v_upto) AS c
+     WHERE c.finished > 0;
+END
+$$;
+
+COMMENT ON FUNCTION job_history_forget(bigint[], boolean[]) IS
+'Takes jobs that stopped being finished (deleted, or retried) out of job_history''s '
+'counts: p_finished_at[i] their finished_at (NULL: never finished), p_dispatched[i] '
+'whether each was dispatched and not cancelled. Only those with finished_at < upto '
+'were counted. Internal: job_purge, job_remove and job_retry call it, after their '
+'own write.';
+
+-- store_stats: same signature and columns, now VOLATILE (it may move job_history).
+CREATE OR REPLACE FUNCTION store_stats(p_now bigint DEFAULT NULL)
+RETURNS TABLE (
+    now                     bigint,
+    schedules               bigint,
+    schedules_due           bigint,
+    schedules_leased        bigint,
+    schedules_done          bigint,
+    oldest_due_schedule_id  text,
+    oldest_due_schedule_since bigint,
+    jobs_pending            bigint,
+    jobs_due                bigint,
+    jobs_due_expired_lease  bigint,
+    jobs_leased             bigint,
+    jobs_dispatched         bigint,
+    jobs_recalled           bigint,
+    jobs_cancelled          bigint,
+    jobs_failed             bigint,
+    oldest_due_job_id       text,
+    oldest_due_job_at       bigint
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now  bigint;
+    v_upto bigint;
+BEGIN
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- VOLATILE: on a primary it first moves job_history forward (a separate
+    -- statement that never waits); the gauges below are one statement, so one
+    -- snapshot, which sees that move.
+    PERFORM job_history_advance();
+    -- upto only grows, so this earlier reading is a lower bound of the one the
+    -- statement below reads: a known value, which lets the planner walk the
+    -- finished jobs' index for the jobs finished since (the statement's own
+    -- reading, a subquery, is known only when it runs).
+    v_upto := (SELECT k.upto FROM job_history k);
+    -- The waiting jobs' WHERE is the partial index's predicate, so that part and
+    -- the oldest due job read only the jobs still waiting (the same walk
+    -- job_lease makes). The history counts read job_history, the jobs finished
+    -- since its upto (the finished jobs' index) and the recalled and failed
+    -- jobs' partial index: every finished job is exactly one of dispatched
+    -- and not cancelled, recalled, cancelled (not dispatched) or failed (neither),
+    -- so cancelled is the rest. A schedule is due and unclaimed from the later of
+    -- next_run_at and an expired lease's end.
+    RETURN QUERY
+    SELECT v_now,
+           s.total, s.due, s.leased, s.done, os.id, os.since,
+           w.pending, w.due, w.due_expired, w.leased,
+           f.dispatched_only + r.recalled, r.recalled,
+           f.finished - f.dispatched_only - r.recalled - r.failed, r.failed,
+           oj.run_id, oj.dispatch_at
+      FROM (SELECT count(*) AS total,
+                   count(*) FILTER (WHERE sc.next_run_at <= v_now
+                                      AND (sc.lease_until IS NULL OR sc.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE sc.lease_until > v_now) AS leased,
+                   count(*) FILTER (WHERE sc.next_run_at IS NULL) AS done
+              FROM schedules sc) AS s
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatch_at > v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS pending,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND j.lease_until <= v_now)
+                     AS due_expired,
+                   count(*) FILTER (WHERE j.lease_until > v_now) AS leased
+              FROM jobs j
+             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed) AS w
+     CROSS JOIN
+           (SELECT k.finished + d.finished AS finished,
+                   k.dispatched + d.dispatched AS dispatched_only
+              FROM job_history k
+             CROSS JOIN
+                   (SELECT count(*) AS finished,
+                           count(*) FILTER (WHERE j.dispatched AND NOT j.cancelled)
+                             AS dispatched
+                      FROM jobs j
+                     WHERE j.finished_at IS NOT NULL
+                       AND j.finished_at >= v_upto
+                       AND j.finished_at >= (SELECT k2.upto FROM job_history k2)) AS d) AS f
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatched) AS recalled,
+                   count(*) FILTER (WHERE NOT j.dispatched) AS failed
+              FROM jobs j
+             WHERE (j.dispatched AND j.cancelled)
+                OR (j.failed AND NOT j.cancelled AND NOT j.dispatched)) AS r
+      LEFT JOIN LATERAL
+           (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
+              FROM schedules sc
+             WHERE sc.next_run_at <= v_now
+               AND (sc.lease_until IS NULL OR sc.lease_until <= v_now)
+             ORDER BY greatest(sc.next_run_at, sc.lease_until), sc.id
+             LIMIT 1) AS os ON true
+      LEFT JOIN LATERAL
+           (SELECT j.run_id, j.dispatch_at
+              FROM jobs j
+             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+               AND j.dispatch_at <= v_now
+               AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+             ORDER BY j.dispatch_at, j.run_id
+             LIMIT 1) AS oj ON true;
+END
+$$;
+
+COMMENT ON FUNCTION store_stats(bigint) IS
+'One row of gauges at p_now (NULL: now_ms()), from one snapshot. Schedules: how many, '
+'how many due and unclaimed (next_run_at <= now, no live lease), under a live lease, '
+'one-shots done (tombstones), and the one claimable longest (its id, and since when: the '
+'later of next_run_at and an expired lease''s end). Jobs, each in exactly one state: '
+'pending (waiting, not due, no live lease), due (waiting, due, no live lease: what '
+'job_lease would take; jobs_due_expired_lease of them after an expired lease), leased '
+'(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
+'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
+'due job (its run_id and dispatch_at). '
+'The waiting counts read the pending index; the history counts read job_history, the '
+'jobs finished since its upto and the small index of recalled and failed jobs, never '
+'the rest of the history (the schedules are scanned). On a primary, under READ '
+'COMMITTED and not read-only, it first moves job_history forward '
+'(job_history_advance): VOLATILE, and it may write that one row.';
+
+-- job_list: finished_at added, in the jobs table's order (a new return type: dropped
+-- and created; the revision grants it to every role that could execute the old one).
+DROP FUNCTION job_list(text, bigint, integer);
+
+CREATE FUNCTION job_list(p_filter text, p_now bigint, p_limit integer)
+RETURNS TABLE (
+    run_id       text,
+    dispatch_at  bigint,
+    lease_holder text,
+    lease_until  bigint,
+    worker_id    text,
+    dispatched   boolean,
+    cancelled    boolean,
+    lease_sequence bigint,
+    finished_at  bigint,
+    attempts     integer,
+    max_attempts integer,
+    last_error   text,
+    failed       boolean,
+    matching     bigint
+)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    PERFORM check_one_of('filter', p_filter, ARRAY['all', 'due', 'dispatched', 'failed']);
+    IF p_limit IS NOT NULL THEN
+        PERFORM check_positive('limit', p_limit);
+    END IF;
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- One static statement per filter, so each gets its own plan ('due' walks the
+    -- pending index). count(*) OVER () counts every matching job before the LIMIT.
+    IF p_filter = 'due' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+          FROM jobs j
+         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+           AND j.dispatch_at <= v_now
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSIF p_filter = 'dispatched' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+          FROM jobs j
+         WHERE j.dispatched
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSIF p_filter = 'failed' THEN
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+          FROM jobs j
+         WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    ELSE
+        RETURN QUERY
+        SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
+               j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
+               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+          FROM jobs j
+         ORDER BY j.dispatch_at, j.run_id
+         LIMIT p_limit;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION job_list(text, bigint, integer) IS
+'Jobs by dispatch_at, then run_id: the first p_limit (NULL: all) of those p_filter '
+'selects, with the columns of the jobs table in its order, each row then carrying how '
+'many match in all (matching). p_filter: ''all''; '
+'''due'' (waiting and due at p_now, NULL meaning now_ms(), leased or not); '
+'''dispatched''; ''failed'' (out of attempts and not cancelled: what job_retry takes '
+'back). The operator''s view of the table (pgstore jobs); 22023 for another '
+'filter or a p_limit that is not positive.';
+
+-- The three calls that take finished jobs away tell job_history_forget.
+CREATE OR REPLACE FUNCTION job_retry(p_run_id text, p_dispatch_at bigint) RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_at       bigint;
+    v_finished bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('run_id', p_run_id);
+    v_at := coalesce(p_dispatch_at, now_ms());
+
+    -- The finished_at it clears, for job_history (store_stats' counts).
+    UPDATE jobs j
+       SET failed = false,
+           attempts = 0,
+           dispatch_at = v_at,
+           finished_at = NULL
+      FROM (SELECT o.finished_at FROM jobs o WHERE o.run_id = p_run_id FOR UPDATE) AS o
+     WHERE j.run_id = p_run_id
+       AND j.failed
+       AND NOT j.cancelled
+       AND NOT j.dispatched
+    RETURNING o.finished_at INTO v_finished;
+    IF FOUND THEN
+        PERFORM job_history_forget(ARRAY[v_finished], ARRAY[false]);
+        PERFORM pg_notify(job_channel(), v_at::text);
+        RETURN 'retried';
+    ELSIF EXISTS (SELECT FROM jobs j WHERE j.run_id = p_run_id) THEN
+        RETURN 'not_failed';
+    END IF;
+    RETURN 'missing';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION job_remove(p_run_id text) RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_job jobs;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('run_id', p_run_id);
+
+    -- Granted to the client role, so it must not erase what was dispatched (the
+    -- owner's job_purge deletes history), nor a job a dispatcher may still be
+    -- dispatching: one with a lease holder, even an expired one (a dispatch can
+    -- outlive its lease, and its mark must then find the row). The row lock, as
+    -- in job_cancel, orders this call against a concurrent lease or mark: it
+    -- waits for that commit and then decides on the newest row.
+    SELECT * INTO v_job FROM jobs j WHERE j.run_id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_job.dispatched OR v_job.cancelled OR v_job.failed
+       OR v_job.lease_holder IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = format(
+                'job %s is %s: job_remove deletes only a waiting job that holds no lease',
+                quote_literal(p_run_id),
+                CASE WHEN v_job.dispatched THEN 'dispatched'
+                     WHEN v_job.cancelled THEN 'cancelled'
+                     WHEN v_job.failed THEN 'failed'
+                     ELSE format('leased by %s (lease_sequence %s; a dispatch may be running)',
+                                 quote_literal(v_job.lease_holder), v_job.lease_sequence)
+                END),
+            HINT = 'Cancel it with job_cancel instead; the schema''s owner deletes finished '
+                   'jobs with job_purge.';
+    END IF;
+
+    -- One statement: the delete and the fence it raises (never lowers). A
+    -- waiting job has no finished_at, so store_stats' history counts (job_history)
+    -- never held it: nothing to forget there.
+    WITH gone AS (
+        DELETE FROM jobs j WHERE j.run_id = p_run_id RETURNING j.lease_sequence)
+    UPDATE job_fences f
+       SET lease_sequence = g.lease_sequence
+      FROM gone g
+     WHERE g.lease_sequence > f.lease_sequence;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION job_purge(p_before bigint, p_limit integer) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now        bigint;
+    v_deleted    bigint;
+    v_finished   bigint[];
+    v_dispatched boolean[];
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_present('before', p_before);
+    IF p_before < 0 THEN
+        PERFORM raise_invalid('before must be a non-negative integer');
+    END IF;
+    PERFORM check_positive('limit', p_limit);
+    v_now := now_ms();
+
+    -- One statement. The walk reads the finished jobs' index, oldest first,
+    -- and locks what it deletes, skipping rows a concurrent call holds locked
+    -- (it never waits on a lease or a mark). A locked row is re-checked in its
+    -- newest version, so a job whose lease is live (a dispatcher still holds
+    -- a cancelled or dispatched job) is kept; a waiting job has no finished_at.
+    --
+    -- The same statement raises job_fences to the greatest lease_sequence it
+    -- deleted (never lowers it): a run_id scheduled again is leased above it.
+    -- Only a purge that raises the mark writes its row, so two such purges (or
+    -- a purge and a job_remove) take turns on it until the first commits.
+    WITH gone AS (
+        DELETE FROM jobs j
+         WHERE j.run_id IN (
+                   SELECT c.run_id
+                     FROM jobs c
+                    WHERE c.finished_at IS NOT NULL
+                      AND c.finished_at < p_before
+                      AND (c.dispatched OR c.cancelled OR c.failed)
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                    ORDER BY c.finished_at, c.run_id
+                    LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING j.lease_sequence, j.finished_at,
+                  j.dispatched AND NOT j.cancelled AS dispatched_only),
+    fenced AS (
+        UPDATE job_fences f
+           SET lease_sequence = g.top
+          FROM (SELECT max(d.lease_sequence) AS top FROM gone d) g
+         WHERE g.top > f.lease_sequence)
+    SELECT count(*), array_agg(g.finished_at), array_agg(g.dispatched_only)
+      INTO v_deleted, v_finished, v_dispatched
+      FROM gone g;
+    PERFORM job_history_forget(v_finished, v_dispatched);  -- store_stats' counts
+    RETURN v_deleted;
+END
+$$;
+
+REVOKE ALL ON FUNCTION job_list(text, bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_history_advance() FROM PUBLIC;
+REVOKE ALL ON FUNCTION job_history_forget(bigint[], boolean[]) FROM PUBLIC;
+REVOKE ALL ON TABLE job_history FROM PUBLIC;

@@ -1,0 +1,256 @@
+"""store_stats()' history counts: exact, from job_history plus the jobs finished since.
+
+Each test compares store_stats() with the counts read the slow way (a scan of the
+jobs table: what store_stats answered until pgstore_0014), after every kind of
+move a finished job can make: finish, recall, cancel of a failed job, retry,
+remove, purge. The readers set ``pgstore.stats_lag_ms`` to 0, so job_history
+moves at every call that may, not once per ten seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+HISTORY = "jobs_dispatched, jobs_recalled, jobs_cancelled, jobs_failed"
+
+
+@pytest.fixture
+def db(pgstore_database: str, pgstore_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        conn.execute("SET pgstore.stats_lag_ms = 0")  # advance at every call, not every 10 s
+        conn.execute("TRUNCATE jobs")
+        conn.execute("UPDATE job_history SET upto = -9223372036854775808, finished = 0,"
+                     " dispatched = 0, next_upto = NULL, next_snapshot = NULL")
+        yield conn
+
+
+def _scanned(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    """The history counts by a scan of the table, as store_stats read them up to 0013."""
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE dispatched),"
+        "       count(*) FILTER (WHERE dispatched AND cancelled),"
+        "       count(*) FILTER (WHERE cancelled AND NOT dispatched),"
+        "       count(*) FILTER (WHERE failed AND NOT cancelled AND NOT dispatched)"
+        "  FROM jobs").fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _stats(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    row = conn.execute(f"SELECT {HISTORY} FROM store_stats()").fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _upto(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT upto FROM job_history").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _caught_up(conn: psycopg.Connection[Any], past: int, timeout: float = 30.0) -> None:
+    """Call store_stats() (exact at every call) until job_history.upto is above ``past``:
+    an upto is taken only once the transactions running at its proposal have ended,
+    other sessions' of the server included."""
+    deadline = time.monotonic() + timeout
+    while _upto(conn) <= past:
+        assert time.monotonic() < deadline, f"upto {_upto(conn)} never passed {past}"
+        assert _stats(conn) == _scanned(conn)
+        time.sleep(0.05)
+
+
+def test_random_moves_keep_the_counts_exact_across_advances(
+    db: psycopg.Connection[Any],
+) -> None:
+    rng = random.Random(14)
+    ids = [f"j{i:03d}" for i in range(120)]
+    for run_id in ids:
+        db.execute("SELECT job_schedule(%s, 0, %s)", (run_id, rng.choice([1, 1, 2, 25])))
+    counted_below_upto = 0
+    for _ in range(10):
+        for _ in range(40):
+            run_id = rng.choice(ids)
+            move = rng.choice(["lease_mark", "lease_mark", "lease_release", "cancel", "retry",
+                               "remove", "purge", "schedule", "cancel_then_mark"])
+            if move == "lease_mark":
+                leased = db.execute("SELECT run_id FROM job_lease('h', NULL, 60000)").fetchall()
+                for (got,) in leased:
+                    db.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'bot')", (got,))
+            elif move == "lease_release":
+                leased = db.execute("SELECT run_id FROM job_lease('h', NULL, 60000)").fetchall()
+                for (got,) in leased:
+                    db.execute("SELECT job_release(%s, 'h', 0)", (got,))
+            elif move == "cancel":
+                db.execute("SELECT job_cancel(%s)", (run_id,))
+            elif move == "cancel_then_mark":  # a recall: the mark of a cancelled job
+                leased = db.execute("SELECT run_id FROM job_lease('h', NULL, 60000)").fetchall()
+                for (got,) in leased:
+                    db.execute("SELECT job_cancel(%s)", (got,))
+                    db.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'bot')", (got,))
+            elif move == "retry":
+                failed = db.execute(
+                    "SELECT run_id FROM job_list('failed', NULL, 3)").fetchall()
+                for (got,) in failed:
+                    db.execute("SELECT job_retry(%s, 0)", (got,))
+            elif move == "remove":  # refused (55000, nothing changes) unless it waits unleased
+                with contextlib.suppress(psycopg.errors.ObjectNotInPrerequisiteState):
+                    db.execute("SELECT job_remove(%s)", (run_id,))
+            elif move == "purge":
+                db.execute("SELECT job_purge(%s, %s)",
+                           (rng.choice([max(_upto(db), 0), 2**62]), rng.randint(1, 5)))
+            else:
+                db.execute("SELECT job_schedule(%s, 0, 2)", (run_id,))
+            assert _stats(db) == _scanned(db)
+        row = db.execute("SELECT count(*) FROM jobs WHERE finished_at < (SELECT upto FROM"
+                         " job_history)").fetchone()
+        assert row is not None
+        counted_below_upto = max(counted_below_upto, row[0])
+        time.sleep(0.4)  # past the advance's one-second margin, in a few rounds
+        if counted_below_upto == 0:
+            newest = db.execute("SELECT coalesce(min(finished_at), 0) FROM jobs").fetchone()
+            assert newest is not None
+            _caught_up(db, newest[0])
+    # The moves did reach jobs counted into job_history, not only recent ones.
+    assert counted_below_upto > 0
+    assert _stats(db) == _scanned(db)
+
+
+def test_a_finish_committed_late_is_counted(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """finished_at is the clock of the mark, not of its commit: a mark held open past
+    the advance's margin commits a finished_at that an advance could have passed."""
+    db.execute("SELECT job_schedule_many(ARRAY['late', 'other'], ARRAY[0, 0])")
+    db.execute("SELECT run_id FROM job_lease_many('h', NULL, 600000, 2)")
+    with psycopg.connect(pgstore_database) as held:
+        held.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        held.execute("SELECT * FROM job_mark_dispatched('late', 'h', 'bot')")  # not committed
+        db.execute("SELECT * FROM job_mark_dispatched('other', 'h', 'bot')")
+        # Advances meanwhile, past 'other' (committed) but not past the running mark.
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            assert _stats(db) == _scanned(db) == (1, 0, 0, 0)
+            time.sleep(0.1)
+        held.commit()
+    assert _stats(db) == _scanned(db) == (2, 0, 0, 0)
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None
+    _caught_up(db, newest[0])  # both now counted in job_history, once
+    assert _stats(db) == _scanned(db) == (2, 0, 0, 0)
+
+
+def test_concurrent_moves_and_readers_stay_exact(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """Writers finishing, retrying, removing and purging jobs on four connections while
+    a reader advances job_history; at the end the counts agree with a scan."""
+    n = 400
+    db.execute("SELECT job_schedule_many(%s, %s)",
+               ([f"c{i:04d}" for i in range(n)], [0] * n))
+    db.execute("UPDATE jobs SET max_attempts = 1 WHERE run_id LIKE 'c%%3'")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with psycopg.connect(pgstore_database, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path = {}").format(
+                    sql.Identifier(pgstore_schema)))
+                while not stop.is_set():
+                    leased = conn.execute(
+                        "SELECT run_id FROM job_lease('w', NULL, 60000)").fetchall()
+                    for (run_id,) in leased:
+                        if run_id.endswith("3"):
+                            conn.execute("SELECT job_release(%s, 'w', 0)", (run_id,))
+                        elif rng.random() < 0.2:
+                            conn.execute("SELECT job_cancel(%s)", (run_id,))
+                            conn.execute("SELECT * FROM job_mark_dispatched(%s, 'w', 'b')",
+                                         (run_id,))
+                        else:
+                            conn.execute("SELECT * FROM job_mark_dispatched(%s, 'w', 'b')",
+                                         (run_id,))
+                    pick = f"c{rng.randrange(n):04d}"
+                    roll = rng.random()
+                    if roll < 0.05:
+                        conn.execute("SELECT job_retry(%s, 0)", (pick,))
+                    elif roll < 0.08:
+                        with contextlib.suppress(psycopg.errors.ObjectNotInPrerequisiteState):
+                            conn.execute("SELECT job_remove(%s)", (pick,))  # waiting: removed
+                        conn.execute("SELECT job_schedule(%s, 0, 1)", (pick,))
+                    elif roll < 0.09:
+                        conn.execute("SELECT job_purge(now_ms() - 300, 3)")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            _stats(db)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None and newest[0] is not None
+    _caught_up(db, newest[0])
+    assert _stats(db) == _scanned(db)
+
+
+def test_the_memory_store_stamps_finished_at_as_the_sql_does() -> None:
+    """MemoryJobStore's jobs carry finished_at as the SQL's rows do: set by the first
+    finish, kept by a later one, cleared by a retry."""
+    from pgstore.memory.jobs import MemoryJobStore
+
+    store = MemoryJobStore()
+    for run_id in ("sent", "cancelled", "fails"):
+        store.schedule(run_id, 0, 1)
+    assert store.get("sent") is not None and store.get("sent").finished_at is None  # type: ignore[union-attr]
+    leased = {job.run_id: job for job in iter(lambda: store.lease("h", None, 60_000), None)}
+    assert set(leased) == {"sent", "cancelled", "fails"}
+    store.mark_dispatched("sent", "h", "bot")
+    store.cancel("cancelled")
+    store.release("fails", "h", 0)
+    finished = {run_id: store.get(run_id).finished_at for run_id in leased}  # type: ignore[union-attr]
+    assert all(at is not None and at > 1_700_000_000_000 for at in finished.values())
+    time.sleep(0.01)
+    store.mark_dispatched("cancelled", "h", "bot")  # a recall keeps the cancel's time
+    assert store.get("cancelled").finished_at == finished["cancelled"]  # type: ignore[union-attr]
+    store.retry("fails", 0)
+    assert store.get("fails").finished_at is None  # type: ignore[union-attr]
+
+
+def test_read_only_and_repeatable_read_callers_read_exact_counts_and_write_nothing(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """store_stats() in a read-only or a REPEATABLE READ transaction (a standby's
+    reader, a report) answers the same counts and leaves job_history alone."""
+    db.execute("SELECT job_schedule_many(ARRAY['a', 'b', 'c'], ARRAY[0, 0, 0])")
+    for (run_id,) in db.execute("SELECT run_id FROM job_lease_many('h', NULL, 1000, 3)"
+                                ).fetchall():
+        db.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'bot')", (run_id,))
+    assert db.execute("SELECT job_cancel('b')").fetchone() == ("already_dispatched",)
+    kept = db.execute("SELECT * FROM job_history").fetchone()
+    with psycopg.connect(pgstore_database, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        conn.execute("SET pgstore.stats_lag_ms = 0")
+        for mode in ("READ ONLY", "ISOLATION LEVEL REPEATABLE READ"):
+            conn.execute(f"BEGIN {mode}")
+            assert _stats(conn) == _scanned(conn) == (3, 0, 0, 0)
+            conn.execute("COMMIT")
+            assert db.execute("SELECT * FROM job_history").fetchone() == kept
