@@ -1,6 +1,6 @@
 """The PostgreSQL job stores (docs/contract.md, the job store): sync and asyncio.
 
-Each method is one call of one SQL function (see ``_job_calls``); the two
+Each method is one call of one SQL function (see ``pgstore.postgres.job_calls``); the two
 classes differ only in how they send it. Durable stores have no ``forget``:
 they keep their records (``remove`` deletes one job).
 """

@@ -1,6 +1,6 @@
 """The PostgreSQL schedule stores (docs/contract.md, the schedule store): sync and asyncio.
 
-Each method is one call of one SQL function (see ``_schedule_calls``); the two
+Each method is one call of one SQL function (see ``pgstore.postgres.schedule_calls``); the two
 classes differ only in how they send it.
 """
 

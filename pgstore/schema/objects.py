@@ -25,6 +25,10 @@ HEAD_REVISION = "pgstore_0015"
 #: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"
 
+#: The alembic version table's name, inside the store's schema (pgstore's own history:
+#: ``pgstore.schema.migrations`` and migrations/env.py; ``pgstore.schema.history``).
+VERSION_TABLE = "alembic_version"
+
 
 #: C0 and C1 control characters and DEL: never meaningful in a name (see docs/security.md).
 _CONTROL = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)])
