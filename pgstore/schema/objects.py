@@ -18,9 +18,13 @@ import psycopg
 from psycopg import sql
 
 from pgstore.errors import InvalidArgument
+from pgstore.schema.files import head_revision
 
-#: The migration revision that sql/ describes; sql/00_common.sql's schema_revision() returns it.
-HEAD_REVISION = "pgstore_0015"
+#: The migration revision that sql/ describes: the newest revision module in
+#: migrations/versions/ (``pgstore.schema.files.head_revision``), the one place it is named.
+#: A fresh load of sql/ (``current_schema_sql``) and ``upgrade head`` make the schema's
+#: ``schema_revision()`` return it.
+HEAD_REVISION = head_revision()
 
 #: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"
