@@ -1,18 +1,16 @@
-"""The documentation: a README that is a front page, a quickstart that runs, a site that builds.
+"""The documentation matches the code: a README that is a front page, a quickstart that
+runs, a site that builds.
 
-* README.md stays at most 10 KB and names the two commands, and its quickstart
-  code is taken from ``examples/quickstart.py`` (every line of it is a line of
-  the file), so the two cannot drift apart.
-* No tracked file points at planning material that lives outside the
-  repository (a path out of the clone, the planning document, its sources
-  "seeds" or the task "issue" as references). Files under ``pgstore/``,
-  ``tests/``, ``migrations/`` and ``sql/`` are checked by a test of their own,
-  expected to fail until they are swept; the message lists every offender.
+* README.md stays at most 10 KB and names ``make test`` and ``make demo``, and its
+  quickstart code is taken from ``examples/quickstart.py`` (every line of it is a line
+  of the file), so the two cannot drift apart.
 * ``examples/quickstart.py`` runs against the test server and exits 0.
-* Every page in ``mkdocs.yml``'s nav exists in ``docs/`` or is one of the pages
-  being written on other branches, and ``mkdocs build --strict`` passes
-  (skipped, with the reason, where mkdocs is not installed: ``make docs``
-  installs it).
+* Every page in ``mkdocs.yml``'s nav exists in ``docs/``, every page under ``docs/`` is
+  in the nav, and ``mkdocs build --strict`` passes (skipped, with the reason, where
+  mkdocs is not installed: ``make docs`` installs it).
+* Every ``.PHONY`` target of the Makefile has a rule, and no tracked file is one
+  ``.gitignore`` lists (generated output such as ``docs/bench/results.json`` stays out
+  of the tree).
 """
 
 from __future__ import annotations
@@ -32,57 +30,17 @@ README = ROOT / "README.md"
 QUICKSTART = ROOT / "examples" / "quickstart.py"
 README_MAX_BYTES = 10_240
 
-#: The code's directories (checked by a test of their own, so a failure says where).
-CODE_DIRS = ("pgstore/", "tests/", "migrations/", "sql/")
-#: This file spells the patterns out.
-THIS_FILE = "tests/test_docs.py"
 
-#: References to planning material outside the repository. Precise on purpose: "spec" (a
-#: schedule's column, isolationtester specs), "SPECS", a random "seed" or seeding a table,
-#: and English uses of "issue" are not matched.
-PLANNING_REFERENCES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a path out of the clone", re.compile(r"\.\./shared\b")),
-    ("the planning document", re.compile(r"\bSPEC\b")),  # upper case only
-    ("the planning document", re.compile(r"\bSPEC\.md\b", re.IGNORECASE)),
-    ("a planning source", re.compile(
-        r"\bseeds?\s+\d{3}\b|\bseeds/|\bthe\s+seed's\b|\bthe\s+seeds\b", re.IGNORECASE)),
-    ("the planning task", re.compile(
-        r"\b(?:the|this|that|our)\s+issue(?:'s)?\b(?!\s+(?:is|was|with|here)\b)"
-        r"|\bissues?\s*#\d+", re.IGNORECASE)),
-)
-
-
-def _tracked_files() -> list[str]:
+def _tracked_and_ignored() -> list[str]:
     try:
         out = subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z"],
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--ignored",
+             "--exclude-standard"],
             capture_output=True, check=True, timeout=60,
         ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"not a git checkout (git ls-files failed: {exc})")
     return [name for name in out.decode().split("\0") if name]
-
-
-def _offenders(keep: Callable[[str], bool]) -> list[str]:
-    found: list[str] = []
-    for name in _tracked_files():
-        if name == THIS_FILE or name.lower().endswith(".png") or not keep(name):
-            continue
-        path = ROOT / name
-        if not path.is_file():
-            continue  # deleted in the work tree
-        data = path.read_bytes()
-        if b"\0" in data:
-            continue  # binary
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            for what, pattern in PLANNING_REFERENCES:
-                if pattern.search(line):
-                    found.append(f"{name}:{number}: {what}: {line.strip()[:120]}")
-    return found
-
-
-def _in_code_dirs(name: str) -> bool:
-    return name.startswith(CODE_DIRS)
 
 
 def test_readme_is_a_front_page() -> None:
@@ -103,27 +61,16 @@ def test_readme_quickstart_is_taken_from_the_example() -> None:
     assert not missing, f"README lines not in examples/quickstart.py: {missing}"
 
 
-def test_no_planning_references_outside_the_code() -> None:
-    offenders = _offenders(lambda name: not _in_code_dirs(name))
-    assert not offenders, "\n".join(offenders)
+def test_no_tracked_file_is_ignored() -> None:
+    assert _tracked_and_ignored() == [], "tracked, though .gitignore lists them"
 
 
-def test_no_planning_references_in_the_code() -> None:
-    offenders = _offenders(_in_code_dirs)
-    assert not offenders, f"{len(offenders)} references:\n" + "\n".join(offenders)
-
-
-def test_the_patterns_are_precise() -> None:
-    def flagged(line: str) -> bool:
-        return any(p.search(line) for _, p in PLANNING_REFERENCES)
-
-    # Spelled in pieces, so this file itself holds none of the references it looks for.
-    for bad in ["see ../" + "shared/x", "SPEC " + "\u00a74", "the SPEC: rule", "spec.md", "seed 004",
-                "the seed's rule", "the issue's targets", "Every target of the issue that"]:
-        assert flagged(bad), bad
-    for fine in ["spec text NOT NULL", "SPECS = sorted(x)", "random.Random(seed)",
-                 "def seed(store)", "seed the tables", "the issue is that", "*.spec files"]:
-        assert not flagged(fine), fine
+def test_every_phony_target_has_a_rule() -> None:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    phony = {t for line in re.findall(r"^\.PHONY:(.*)$", text, re.M) for t in line.split()}
+    rules = set(re.findall(r"^([\w.-]+):", text, re.M))
+    assert phony, "the Makefile declares no .PHONY target"
+    assert sorted(phony - rules) == [], ".PHONY targets without a rule"
 
 
 def test_quickstart_runs(pgstore_fresh_database: Callable[[], str], tmp_path: Path) -> None:
