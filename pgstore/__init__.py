@@ -93,7 +93,9 @@ def migrate(
     client_role: bool | str = True,
     client_role_adopt: bool = False,
 ) -> None:
-    """Upgrade ``schema`` on ``conninfo`` to ``revision``; see ``schema_migrations.migrate``."""
+    """Upgrade ``schema`` on ``conninfo`` to ``revision`` (the head by default), in one
+    transaction: ``pgstore.schema.migrations.migrate``, which says what ``client_role``
+    and ``client_role_adopt`` do (docs/migrations.md)."""
     from pgstore.schema.migrations import migrate as upgrade
 
     upgrade(conninfo, schema, revision, client_role, client_role_adopt)

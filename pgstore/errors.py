@@ -43,7 +43,9 @@ class ReadOnlyServer(PgStoreError):
 
 class NotPermitted(PgStoreError):
     """The store's role may not do what was asked (``42501``, insufficient_privilege):
-    ``job_purge``, for one, is the schema owner's alone. The message says what to use."""
+    ``job_purge``, for one, is the schema owner's alone, so a Dispatcher with
+    ``purge_after`` over a client-role store raises it from ``start()``
+    (docs/retention.md). The message says what to use."""
 
     sqlstate = "42501"
 
@@ -55,14 +57,17 @@ class JobNotRemovable(PgStoreError):
     an expired lease). Nothing changed; the message names the job's state.
 
     ``sqlstate`` is ``55000`` (object_not_in_prerequisite_state). To stop a job
-    being dispatched, ``cancel`` it instead.
+    being dispatched, ``cancel`` it instead. Every store kind raises it,
+    ``MemoryJobStore`` included.
     """
 
     sqlstate = "55000"
 
 
 class SchemaNotReady(PgStoreError):
-    """The store's schema is missing or not at the migration head.
+    """The store's schema is missing or not at the migration head (``start()``).
 
-    The message says what to run (``pgstore migrate --schema NAME``).
+    The message says what to run: ``pgstore migrate --dsn DSN --schema NAME``,
+    ``pgstore.migrate()``, or a store made with ``auto_migrate=True``; or "upgrade the
+    pgstore package" when the schema is newer than the package.
     """

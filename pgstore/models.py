@@ -1,4 +1,7 @@
-"""The records the stores read and write (docs/contract.md and docs/python.md)."""
+"""The records the stores read and write (docs/contract.md).
+
+docs/reference/records.md is generated from this module's docstrings.
+"""
 
 from __future__ import annotations
 
@@ -27,23 +30,28 @@ __all__ = [
 ]
 
 ScheduleKind = Literal["cron", "interval", "once"]
+"""A schedule's kind (``ScheduleRecord.kind``): its ``spec`` is a cron expression
+(``TZ=<zone> <cron>`` with a zone), an interval in ms, or a one-shot delay in ms, opaque
+to the store (docs/contract.md)."""
 LastStatus = Literal["ok", "error", "skipped"]
-#: What a scheduler does with the occurrences missed while none ran (docs/catch-up.md).
+"""How a schedule's last occurrence ended (``ScheduleRecord.last_status``): ``skipped`` is
+a missed occurrence not run."""
 CatchUp = Literal["skip", "once", "all"]
+"""What a scheduler does with the occurrences missed while none ran (docs/catch-up.md)."""
 
 SCHEDULE_KINDS: tuple[ScheduleKind, ...] = ("cron", "interval", "once")
 LAST_STATUSES: tuple[LastStatus, ...] = ("ok", "error", "skipped")
 CATCH_UPS: tuple[CatchUp, ...] = ("skip", "once", "all")
 
-#: How many leases a job scheduled without ``max_attempts`` may have: the store default
-#: (``store_settings.default_max_attempts`` in PostgreSQL, which the owner may change).
 DEFAULT_MAX_ATTEMPTS = 25
-#: The longest error text ``release`` keeps (characters); a longer one is bad input.
+"""How many leases a job scheduled without ``max_attempts`` may have: the store default
+(``store_settings.default_max_attempts`` in PostgreSQL, which the owner may change)."""
 ERROR_MAX_CHARS = 4096
+"""The longest error text ``release`` keeps (characters); a longer one is bad input."""
 
-#: Where a job stands (``Job.state``): waiting (to be leased, or leased), or finished
-#: as dispatched, cancelled (never dispatched) or failed (out of attempts).
 JobState = Literal["waiting", "dispatched", "cancelled", "failed"]
+"""Where a job stands (``Job.state``): waiting (to be leased, or leased), or finished
+as dispatched, cancelled (never dispatched) or failed (out of attempts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +178,12 @@ class MarkResult:
 class RetryResult(str, Enum):
     """What ``retry`` answers; the values are the SQL function's text answers."""
 
-    #: The failed job waits again, attempts reset.
     RETRIED = "retried"
-    #: The job is not failed (it waits, was dispatched or was cancelled): nothing changed.
+    """The failed job waits again, attempts reset."""
     NOT_FAILED = "not_failed"
-    #: No such job.
+    """The job is not failed (it waits, was dispatched or was cancelled): nothing changed."""
     MISSING = "missing"
+    """No such job."""
 
     def __str__(self) -> str:
         return self.value
@@ -184,12 +192,12 @@ class RetryResult(str, Enum):
 class CancelResult(str, Enum):
     """What ``cancel`` answers; the values are the SQL function's text answers."""
 
-    #: Cancelled now, or already was; a live lease's holder learns it from mark_dispatched.
     CANCELLED = "cancelled"
-    #: The bot is out: nothing changed, tell it to leave instead.
+    """Cancelled now, or already was; a live lease's holder learns it from mark_dispatched."""
     ALREADY_DISPATCHED = "already_dispatched"
-    #: No such job.
+    """The bot is out: nothing changed, tell it to leave instead."""
     MISSING = "missing"
+    """No such job."""
 
     def __str__(self) -> str:
         return self.value
@@ -249,9 +257,9 @@ class StoreStats:
         )
 
 
-#: What ``PgJobStore.list_jobs`` selects: every job, the due ones, the dispatched ones,
-#: the failed ones.
 JobFilter = Literal["all", "due", "dispatched", "failed"]
+"""What ``PgJobStore.list_jobs`` selects: every job, the due ones, the dispatched ones,
+the failed ones."""
 
 
 @dataclass(frozen=True, slots=True)

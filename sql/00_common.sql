@@ -6,11 +6,16 @@
 -- time. The helpers that API functions inline (now_ms, check_*) run on that
 -- pinned path too, as part of their caller.
 
+-- The revision is named in one place, the newest revision module in
+-- migrations/versions/: the loader (pgstore.schema.files.current_schema_sql)
+-- follows these files with a CREATE OR REPLACE of schema_revision() returning
+-- it, and each revision sets its own (alembic_steps.set_schema_revision). The
+-- body below is what a load of these files alone answers: no revision.
 CREATE FUNCTION schema_revision() RETURNS text
 LANGUAGE sql IMMUTABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
-AS $$ SELECT 'pgstore_0016'::text $$;
+AS $$ SELECT NULL::text $$;
 
 COMMENT ON FUNCTION schema_revision() IS
 'The migration revision this schema''s objects were built by. The Python '

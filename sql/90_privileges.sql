@@ -5,8 +5,8 @@
 -- own schemas and temporary objects can never stand in for the store's. No
 -- one but the owner may execute anything or touch the tables directly: the
 -- migration grants EXECUTE on the API functions (not the check_* helpers) and
--- USAGE on the schema to the client role "<schema>_client" (see
--- client_role.sql.template); the tables grant nothing to clients, so only
+-- USAGE on the schema to the client role "<schema>_client_<database>" (made
+-- by pgstore/schema/client_role.py); the tables grant nothing to clients, so only
 -- the owner can change store_settings (the bounds on p_now and on leases) and
 -- job_fences.
 --

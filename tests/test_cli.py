@@ -20,7 +20,14 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgstore import CompletePatch, Dispatcher, PgJobStore, PgScheduleStore, Scheduler
+from pgstore import (
+    HEAD_REVISION,
+    CompletePatch,
+    Dispatcher,
+    PgJobStore,
+    PgScheduleStore,
+    Scheduler,
+)
 from pgstore.cli.app import AppError, load_runtime
 from pgstore.cli.commands import (
     due_state,
@@ -36,7 +43,7 @@ from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreS
 from tests.cli_support import job_gauges
 from tests.conftest import present
 
-HEAD = "pgstore_0016"
+HEAD = HEAD_REVISION
 # Nothing listens on port 1: the connection is refused at once.
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

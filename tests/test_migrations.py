@@ -3,6 +3,7 @@ and a host app's alembic history can carry pgstore's as a branch."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,39 @@ def test_head_revision_is_what_sql_describes() -> None:
     script = ScriptDirectory.from_config(alembic_config())
     assert script.get_heads() == [pgstore.HEAD_REVISION]
     assert f"'{pgstore.HEAD_REVISION}'::text" in current_schema_sql()
+
+
+def test_the_head_revision_is_named_only_by_its_module() -> None:
+    """sql/ names no revision: the loader sets ``schema_revision()`` to the head."""
+    for path in sorted(pgstore.schema.files.sql_dir().glob("*.sql")):
+        named = re.findall(r"pgstore_\d{4}'::text", path.read_text())
+        assert not named, (path.name, named)
+
+
+def test_a_new_revision_module_is_the_new_head(tmp_path: Path) -> None:
+    """Adding a revision is a one-place change: its module's ``revision`` line is the head."""
+    from pgstore.schema.files import head_of, versions_dir
+
+    for module in versions_dir().glob("*.py"):
+        (tmp_path / module.name).write_text(module.read_text())
+    assert head_of(tmp_path) == pgstore.HEAD_REVISION
+    (tmp_path / "9999_next.py").write_text(
+        f'revision = "pgstore_9999"\ndown_revision = "{pgstore.HEAD_REVISION}"\n'
+    )
+    assert head_of(tmp_path) == "pgstore_9999"
+    (tmp_path / "9998_sibling.py").write_text(
+        f'revision: str = "pgstore_9998"\ndown_revision = ("{pgstore.HEAD_REVISION}",)\n'
+    )
+    with pytest.raises(RuntimeError, match="expected one head revision"):
+        head_of(tmp_path)
+
+
+def test_a_fresh_load_of_sql_answers_the_head(pgstore_fresh_database: Callable[[], str]) -> None:
+    dsn = pgstore_fresh_database()
+    install_schema(dsn, "loaded_head")
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT loaded_head.schema_revision()").fetchone()
+    assert row == (pgstore.HEAD_REVISION,)
 
 
 def test_upgrade_head_equals_loading_sql(pgstore_fresh_database: Callable[[], str]) -> None:

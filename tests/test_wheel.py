@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from pgstore import HEAD_REVISION
+
 ROOT = Path(__file__).resolve().parent.parent
-HEAD = "pgstore_0016"
+HEAD = HEAD_REVISION
 
 pytestmark = pytest.mark.slow
 
@@ -145,6 +147,9 @@ def test_installed_script_migrates_from_elsewhere(
     run = installed.outside
 
     assert _ok(_run([script, "current", *where], run)) == "none (not migrated)\n"
+    # The wheel finds its head among the revisions it carries (pgstore/migrations).
+    shown = _run([str(installed.python), "-c", "import pgstore; print(pgstore.HEAD_REVISION)"], run)
+    assert _ok(shown) == f"{HEAD}\n"
     assert HEAD in _ok(_run([script, "migrate", *where], run))
     assert _ok(_run([script, "current", *where], run)) == f"{HEAD}\n"
     assert _ok(_run([str(installed.python), "-m", "pgstore", "current", *where], run)) == (

@@ -1,6 +1,6 @@
 """The PostgreSQL job stores (docs/contract.md, the job store): sync and asyncio.
 
-Each method is one call of one SQL function (see ``_job_calls``); the two
+Each method is one call of one SQL function (see ``pgstore.postgres.job_calls``); the two
 classes differ only in how they send it. Durable stores have no ``forget``:
 they keep their records (``remove`` deletes one job).
 """
@@ -19,17 +19,16 @@ __all__ = ["AsyncPgJobStore", "PgJobStore"]
 class PgJobStore(SyncStore):
     """Delayed dispatch with holder leases in PostgreSQL, for threads.
 
-    ``source`` is a conninfo string (the store keeps a small pool of its own),
-    a psycopg ``Connection`` (used as is: without autocommit, calls join the
-    caller's transaction) or a ``ConnectionPool``. Times are epoch ms;
-    ``now=None`` means the database clock. Bad arguments raise
+    Each method is one call of the SQL function it names, one round trip. Times are
+    epoch ms; ``now=None`` means the database clock. Bad arguments raise
     ``InvalidArgument`` and change nothing.
     """
 
     def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
         """Add the job, due at ``dispatch_at``, with at most ``max_attempts`` leases (None:
         the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it); an
-        existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given)."""
+        existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given).
+        SQL: ``job_schedule``."""
         return self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
 
     def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
@@ -38,7 +37,8 @@ class PgJobStore(SyncStore):
         ``max_attempts`` times: when the earliest one's last lease expired without a
         release, this call fails it (``failed``, ``last_error`` saying so) and answers
         None; the next call leases the next job. ``ttl_ms`` above the owner's
-        ``store_settings.max_lease_ms`` raises ``InvalidArgument``."""
+        ``store_settings.max_lease_ms`` raises ``InvalidArgument``.
+        SQL: ``job_lease``."""
         return self._runner.run(calls.lease(holder, now, ttl_ms))
 
     def renew(
@@ -47,7 +47,8 @@ class PgJobStore(SyncStore):
     ) -> bool:
         """Extend a lease ``holder`` still holds unexpired (and, given ``lease_sequence``,
         only that lease of it); False: stop, it was lost. ``ttl_ms`` is bounded as in
-        ``lease``."""
+        ``lease``.
+        SQL: ``job_renew``."""
         return self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
 
     def mark_dispatched(
@@ -56,7 +57,8 @@ class PgJobStore(SyncStore):
     ) -> MarkResult:
         """Record the dispatch while ``holder`` is the lease's holder (expired or not;
         given ``lease_sequence``, only that lease); ``cancelled``: a cancel arrived,
-        the bot must leave at once."""
+        the bot must leave at once.
+        SQL: ``job_mark_dispatched``."""
         return self._runner.run(
             calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
         )
@@ -69,7 +71,8 @@ class PgJobStore(SyncStore):
         as ``last_error``, and move the job to ``retry_at``, or, when that lease was its
         last (``attempts >= max_attempts``), fail it for good. False: ``holder`` no longer
         holds it (or, given ``lease_sequence``, not that lease), or it was dispatched, or
-        it is gone."""
+        it is gone.
+        SQL: ``job_release``."""
         return self._runner.run(
             calls.release(run_id, holder, retry_at, lease_sequence, error)
         )
@@ -77,24 +80,29 @@ class PgJobStore(SyncStore):
     def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
         """Put a failed job back to waiting, due at ``dispatch_at`` (None: the database
         clock's now), attempts reset: ``RETRIED``, ``NOT_FAILED`` (nothing changed) or
-        ``MISSING``."""
+        ``MISSING``.
+        SQL: ``job_retry``."""
         return self._runner.run(calls.retry(run_id, dispatch_at))
 
     def list_failed(self, limit: int | None = None) -> list[Job]:
-        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``."""
+        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``.
+        SQL: ``job_list``, with ``'failed'``."""
         return self._runner.run(calls.list_failed(limit))
 
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
-        ``MISSING``."""
+        ``MISSING``.
+        SQL: ``job_cancel``."""
         return self._runner.run(calls.cancel(run_id))
 
     def get(self, run_id: str) -> Job | None:
-        """The job, or None."""
+        """The job, or None.
+        SQL: ``job_get``."""
         return self._runner.run(calls.get(run_id))
 
     def list_dispatched(self) -> list[Job]:
-        """Every dispatched job, ordered by run_id."""
+        """Every dispatched job, ordered by run_id.
+        SQL: ``job_list_dispatched``."""
         return self._runner.run(calls.list_dispatched())
 
     def list_jobs(
@@ -103,7 +111,8 @@ class PgJobStore(SyncStore):
         """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
         ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not),
         ``"dispatched"`` or ``"failed"``; and how many match in all. The operator's view
-        (``pgstore jobs``)."""
+        (``pgstore jobs``).
+        SQL: ``job_list``."""
         return self._runner.run(calls.list_jobs(filter, now, limit))
 
     def remove(self, run_id: str) -> None:
@@ -112,6 +121,7 @@ class PgJobStore(SyncStore):
         ``JobNotRemovable`` (SQLSTATE 55000) naming its state and changes nothing: a
         dispatched, cancelled or failed job is history, which the owner deletes with
         ``purge``; a leased one (even past its lease) may be mid-dispatch: ``cancel`` it.
+        SQL: ``job_remove``.
         """
         return self._runner.run(calls.remove(run_id))
 
@@ -120,18 +130,21 @@ class PgJobStore(SyncStore):
         ``finished_at`` is before ``before`` (epoch ms), oldest first; how many went.
         Never a waiting job nor one whose lease is live; rows that concurrent calls hold
         locked are skipped, so call it until it returns less than ``limit``. Needs EXECUTE
-        on ``job_purge``, which the client role lacks: connect as the schema's owner."""
+        on ``job_purge``, which the client role lacks: connect as the schema's owner.
+        SQL: ``job_purge``."""
         return self._runner.run(calls.purge(before, limit))
 
     def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
         """``schedule`` for each ``(run_ids[i], dispatch_at[i])`` in one statement (at
-        most 10000 distinct ids); one notification, with the earliest time."""
+        most 10000 distinct ids); one notification, with the earliest time.
+        SQL: ``job_schedule_many``."""
         return self._runner.run(calls.schedule_many(run_ids, dispatch_at))
 
     def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
         """``lease`` up to ``limit`` (at most 10000) jobs in one statement, in lease order;
         fewer (none) when no more are leasable right now, or when some were out of
-        attempts (failed as ``lease`` fails them, and left out)."""
+        attempts (failed as ``lease`` fails them, and left out).
+        SQL: ``job_lease_many``."""
         return self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
 
     def mark_dispatched_many(
@@ -140,7 +153,8 @@ class PgJobStore(SyncStore):
     ) -> list[MarkResult]:
         """``mark_dispatched`` for each ``run_ids[i]`` with ``worker_ids[i]`` (fenced by
         ``lease_sequences[i]`` when given and not None) in one statement: one answer per
-        job, in the order given."""
+        job, in the order given.
+        SQL: ``job_mark_dispatched_many``."""
         return self._runner.run(
             calls.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
         )
@@ -150,7 +164,8 @@ class PgJobStore(SyncStore):
         lease_sequences: Sequence[int | None] | None = None,
     ) -> list[bool]:
         """``renew`` for each ``run_ids[i]`` (fenced by ``lease_sequences[i]`` when given
-        and not None) in one statement: one answer per job, in the order given."""
+        and not None) in one statement: one answer per job, in the order given.
+        SQL: ``job_renew_many``."""
         return self._runner.run(
             calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
         )

@@ -1,6 +1,6 @@
 """The PostgreSQL schedule stores (docs/contract.md, the schedule store): sync and asyncio.
 
-Each method is one call of one SQL function (see ``_schedule_calls``); the two
+Each method is one call of one SQL function (see ``pgstore.postgres.schedule_calls``); the two
 classes differ only in how they send it.
 """
 
@@ -25,15 +25,14 @@ __all__ = ["AsyncPgScheduleStore", "PgScheduleStore"]
 class PgScheduleStore(SyncStore):
     """Durable scheduled tasks in PostgreSQL, for threads.
 
-    ``source`` is a conninfo string (the store keeps a small pool of its own),
-    a psycopg ``Connection`` (used as is: without autocommit, calls join the
-    caller's transaction) or a ``ConnectionPool``. Times are epoch ms;
-    ``now=None`` means the database clock. Bad arguments raise
+    Each method is one call of the SQL function it names, one round trip. Times are
+    epoch ms; ``now=None`` means the database clock. Bad arguments raise
     ``InvalidArgument`` and change nothing.
     """
 
     def get(self, id: str) -> ScheduleRecord | None:
-        """The record of ``id``, or None."""
+        """The record of ``id``, or None.
+        SQL: ``schedule_get``."""
         return self._runner.run(calls.get(id))
 
     def register(
@@ -47,31 +46,37 @@ class PgScheduleStore(SyncStore):
     ) -> ScheduleRecord:
         """Insert if absent; same kind, spec and ``catch_up``: untouched; another kind or
         spec: overwrite kind, spec, next_run_at and catch_up (token, lease, last_* kept);
-        only another ``catch_up``: just that changes. Returns the stored record."""
+        only another ``catch_up``: just that changes. Returns the stored record.
+        SQL: ``schedule_register``."""
         return self._runner.run(calls.register(id, kind, spec, next_run_at, now, catch_up))
 
     def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
     ) -> ClaimResult | None:
-        """Claim ``id`` if due and unleased; None: not due, leased elsewhere, or unknown."""
+        """Claim ``id`` if due and unleased; None: not due, leased elsewhere, or unknown.
+        SQL: ``schedule_claim_due``."""
         return self._runner.run(calls.claim_due(id, owner, now, lease_ms))
 
     def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
-        """Extend a claim still held with this token; False: the lease was lost."""
+        """Extend a claim still held with this token; False: the lease was lost.
+        SQL: ``schedule_renew``."""
         return self._runner.run(calls.renew(id, fencing_token, lease_until))
 
     def complete(
         self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
     ) -> bool:
-        """Commit the occurrence of a claim still held with this token; False: stale."""
+        """Commit the occurrence of a claim still held with this token; False: stale.
+        SQL: ``schedule_complete``."""
         return self._runner.run(calls.complete(id, fencing_token, patch, now))
 
     def delete(self, id: str) -> None:
-        """Remove the record, keeping its token as the id's high-water mark."""
+        """Remove the record, keeping its token as the id's high-water mark.
+        SQL: ``schedule_delete``."""
         return self._runner.run(calls.delete(id))
 
     def list(self) -> builtins.list[ScheduleRecord]:
-        """Every record, orphans and tombstones included, ordered by id."""
+        """Every record, orphans and tombstones included, ordered by id.
+        SQL: ``schedule_list``."""
         return self._runner.run(calls.list_all())
 
     def claim_next(
@@ -82,7 +87,8 @@ class PgScheduleStore(SyncStore):
         limit: int,
         ids: Sequence[str] | None = None,
     ) -> builtins.list[ClaimResult]:
-        """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given)."""
+        """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given).
+        SQL: ``schedule_claim_next``."""
         return self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
 
 

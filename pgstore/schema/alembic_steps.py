@@ -6,7 +6,6 @@ when the revision was made. Later changes go to sql/ and a new revision.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from alembic import context, op
 from pgstore.errors import InvalidArgument
 from pgstore.schema import client_role as _client_role
 from pgstore.schema import objects as _schema
+from pgstore.schema.files import schema_revision_sql
 from pgstore.schema.function import Function
 from pgstore.schema.objects import DEFAULT_SCHEMA, check_name, check_schema
 
@@ -178,15 +178,7 @@ def set_schema_revision(revision_id: str) -> None:
     """Make the target schema's ``schema_revision()`` return ``revision_id`` (CREATE OR
     REPLACE: owner, grants and comment kept). What a revision that names its own id only
     in its module (``revision``, ``down_revision``) runs after its SQL file."""
-    if re.fullmatch(r"[A-Za-z0-9_]{1,63}", revision_id) is None:
-        raise InvalidArgument(f"not a revision id: {revision_id!r}")
-    run_sql(
-        "CREATE OR REPLACE FUNCTION schema_revision() RETURNS text\n"
-        "LANGUAGE sql IMMUTABLE\n"
-        "SECURITY DEFINER\n"
-        "SET search_path FROM CURRENT\n"
-        f"AS $$ SELECT '{revision_id}'::text $$;\n"
-    )
+    run_sql(schema_revision_sql(revision_id))
 
 
 def run_sql(script: str) -> None:

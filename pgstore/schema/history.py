@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from pgstore.errors import PgStoreError
-from pgstore.schema.objects import check_schema
+from pgstore.schema.objects import VERSION_TABLE, check_schema
 
 __all__ = [
     "OFFLINE_NEEDS_CLIENT_ROLE_OFF",
@@ -33,10 +33,6 @@ __all__ = [
     "foreign_revision",
     "managed_elsewhere",
 ]
-
-#: The version table's name, as ``schema_migrations.VERSION_TABLE`` (not imported from
-#: there: that module imports alembic, which this one must not need).
-_VERSION_TABLE = "alembic_version"
 
 #: Why offline mode is refused while the client role is on (alembic prints it as one line).
 OFFLINE_NEEDS_CLIENT_ROLE_OFF = (
@@ -57,7 +53,7 @@ def foreign_revision(conn: psycopg.Connection[Any], schema: str) -> str | None:
     row = conn.execute(
         "SELECT to_regclass(format('%%I.%%I', %(s)s::text, %(t)s::text)) IS NULL"
         " AND to_regprocedure(format('%%I.schema_revision()', %(s)s::text)) IS NOT NULL",
-        {"s": schema, "t": _VERSION_TABLE},
+        {"s": schema, "t": VERSION_TABLE},
     ).fetchone()
     if row is None or not row[0]:
         return None

@@ -20,7 +20,7 @@ from psycopg import sql
 
 from pgstore.errors import InvalidArgument
 from pgstore.schema.files import migrations_dir, versions_dir
-from pgstore.schema.objects import DEFAULT_SCHEMA, HEAD_REVISION, check_schema
+from pgstore.schema.objects import DEFAULT_SCHEMA, HEAD_REVISION, VERSION_TABLE, check_schema
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -32,9 +32,6 @@ __all__ = [
     "migrate",
     "versions_dir",
 ]
-
-#: The alembic version table's name, inside the store's schema.
-VERSION_TABLE = "alembic_version"
 
 
 def alembic_config(

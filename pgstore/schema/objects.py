@@ -18,12 +18,20 @@ import psycopg
 from psycopg import sql
 
 from pgstore.errors import InvalidArgument
+from pgstore.schema.files import head_revision
 
-#: The migration revision that sql/ describes; sql/00_common.sql's schema_revision() returns it.
-HEAD_REVISION = "pgstore_0016"
+HEAD_REVISION = head_revision()
+"""The migration revision that sql/ describes: the newest revision module in
+migrations/versions/ (``pgstore.schema.files.head_revision``), the one place it is named.
+A fresh load of sql/ (``current_schema_sql``) and ``upgrade head`` make the schema's
+``schema_revision()`` return it."""
 
-#: The schema a store uses when none is named.
 DEFAULT_SCHEMA = "pgstore"
+"""The schema a store uses when none is named."""
+
+VERSION_TABLE = "alembic_version"
+"""The alembic version table's name, inside the store's schema (pgstore's own history:
+``pgstore.schema.migrations`` and migrations/env.py; ``pgstore.schema.history``)."""
 
 
 #: C0 and C1 control characters and DEL: never meaningful in a name (see docs/security.md).
