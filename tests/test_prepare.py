@@ -104,7 +104,9 @@ def test_the_default_prepares_on_an_owned_pool_and_asks_each_connection_once(
     try:
         for i in range(12):
             store.schedule(f"o{i}", 100)
-        assert len(asked) == len(set(asked)) == len(store._runner._verdicts)
+        # Each connection asked once. A connection the pool replaced meanwhile (on a
+        # loaded machine an attempt can time out) leaves its verdict with it.
+        assert len(asked) == len(set(asked)) >= len(store._runner._verdicts)
         with psycopg.connect(pgstore_database, autocommit=True) as watcher:
             rows = watcher.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"

@@ -34,14 +34,18 @@ VARIABLE = re.compile(r"\b[pv]_\w+\b")
 
 
 def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The UPDATE in the installed job_lease's body."""
+    """The UPDATE … RETURNING in the installed job_lease's body."""
     row = conn.execute(
         "SELECT prosrc FROM pg_proc WHERE oid = 'job_lease(text, bigint, bigint)'::regprocedure"
     ).fetchone()
     assert row is not None
-    found = re.search(r"RETURN\s+QUERY\s+(UPDATE\s+jobs\b.*?);", row[0], re.S | re.I)
+    # From pgstore_0014 the UPDATE sits in a WITH (a job out of attempts is failed by
+    # it and left out of the answer): the statement shown is the UPDATE … RETURNING.
+    found = re.search(
+        r"RETURN\s+QUERY\s+(?:WITH\s+\w+\s+AS\s+\(\s*)?(UPDATE\s+jobs\b.*?RETURNING\s+j\.\*)",
+        row[0], re.S | re.I)
     if not found:
-        raise SystemExit(f"no `RETURN QUERY UPDATE jobs ...;` in job_lease:\n{row[0]}")
+        raise SystemExit(f"no `RETURN QUERY … UPDATE jobs … RETURNING` in job_lease:\n{row[0]}")
     return found.group(1)
 
 

@@ -379,12 +379,22 @@ class StoreStatsReader:
             self._disconnect()
 
 
+#: The ``application_name`` of the reader's connection unless its conninfo sets one, so
+#: ``pg_stat_activity`` tells it from the runtime's.
+READER_APPLICATION_NAME = "pgstore metrics"
+
+
 def _with_timeout(conninfo: str) -> str:
-    """``conninfo`` with a connect timeout (10 s) unless it sets one: ``close()`` waits
-    for a read under way, a connection attempt included."""
-    if "connect_timeout" in conninfo_to_dict(conninfo):
-        return conninfo
-    return make_conninfo(conninfo, connect_timeout=10)
+    """``conninfo`` with a connect timeout (10 s) unless it sets one (``close()`` waits
+    for a read under way, a connection attempt included), and with
+    ``READER_APPLICATION_NAME`` unless it names one."""
+    given = conninfo_to_dict(conninfo)
+    extra: dict[str, str | int] = {}
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = 10
+    if "application_name" not in given:
+        extra["application_name"] = READER_APPLICATION_NAME
+    return make_conninfo(conninfo, **extra) if extra else conninfo
 
 
 def _age(now: int, since: int | None) -> float:
