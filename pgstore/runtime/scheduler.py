@@ -69,10 +69,9 @@ from pgstore.runtime.events import (
     LeaseLost,
     Refused,
     Registered,
-    Renew,
     Subscriber,
 )
-from pgstore.runtime.keeper import keep_lease
+from pgstore.runtime.keeper import keep_lease, reported
 from pgstore.runtime.occurrences import (
     CronSpec,
     cron_between,
@@ -543,22 +542,8 @@ class Scheduler(Runtime):
         """The shared keeper for one run: on a lost lease, tell the handler."""
 
         async def renew() -> bool:
-            try:
-                now = await self.now()
-                renewed = bool(await self._renew(ctx.task_id, ctx.fencing_token,
-                                                 now + self.lease_ms))
-            except Exception as exc:
-                self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
-                                token=ctx.fencing_token, outcome="error",
-                                error=f"{type(exc).__name__}: {exc}"))
-                raise
-            self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
-                            token=ctx.fencing_token,
-                            outcome="renewed" if renewed else "refused"))
-            if not renewed:
-                self.emit(Refused(runtime="scheduler", owner=self.owner, operation="renew",
-                                  subject=ctx.task_id, token=ctx.fencing_token))
-            return renewed
+            now = await self.now()
+            return bool(await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms))
 
         def lost(reason: Literal["refused", "expired"]) -> None:
             self.emit(LeaseLost(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
@@ -571,9 +556,12 @@ class Scheduler(Runtime):
             if cancel:
                 work.cancel()
 
-        return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor,
-                          what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner,
-                          log=log, on_lost=lost)
+        return keep_lease(
+            reported(renew, self.emit, runtime="scheduler", owner=self.owner,
+                     subject=ctx.task_id, token=ctx.fencing_token),
+            lease_ms=self.lease_ms, anchor=anchor,
+            what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner, log=log,
+            on_lost=lost)
 
 
 def _takes_context(fn: Handler) -> bool:
