@@ -26,6 +26,7 @@ from pgstore.protocols import JobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.keeper import keep_lease
+from tests.counting import counted
 from tests.waiting import until
 
 JOBS = 20
@@ -78,7 +79,8 @@ def test_one_bad_worker_id_costs_only_its_own_job(store: JobStore, batch_size: i
     seen: list[ev.Event] = []
     # A short lease and mark_timeout: a retried refusal recalls the bots within the
     # test, and their leases expire, so a second dispatch would show here.
-    d = Dispatcher(store, provider.dispatch, provider.recall, holder="d1", ttl_ms=1_500,
+    counting, counts = counted(store)
+    d = Dispatcher(counting, provider.dispatch, provider.recall, holder="d1", ttl_ms=1_500,
                    concurrency=JOBS, batch_size=batch_size, poll_interval=0.05,
                    mark_timeout=1.0, listen=False, on_event=seen.append,
                    backoff=Backoff(base_ms=600_000))
@@ -107,7 +109,7 @@ def test_one_bad_worker_id_costs_only_its_own_job(store: JobStore, batch_size: i
                     for e in seen if isinstance(e, ev.Complete))
     print(f"\nbatch_size {batch_size}: sent {dict(Counter(provider.sent.values()))} "
           f"(times: jobs), recalled {sorted({r for r, _ in provider.recalled})}, "
-          f"{d._marks.calls} mark call(s) for {d._marks.items} marks, completes {dict(marks)}"
+          f"{counts.mark_calls} mark call(s) for {counts.marks} marks, completes {dict(marks)}"
           f"{'' if failure is None else f'; {failure}'}")
     assert failure is None, failure
     for run_id in run_ids:
@@ -129,7 +131,7 @@ def test_one_bad_worker_id_costs_only_its_own_job(store: JobStore, batch_size: i
     releases = [(e.subject, e.outcome) for e in seen if isinstance(e, ev.Release)]
     assert releases == [(BAD, "released")]
     if batch_size > 1:
-        assert d._marks.calls < JOBS - 1, "the good jobs' marks went in batches"
+        assert counts.mark_calls < JOBS - 1, "the good jobs' marks went in batches"
 
 
 def test_the_bad_job_on_its_last_attempt_fails_for_good(store: JobStore) -> None:
@@ -156,7 +158,8 @@ def test_a_batch_refused_as_a_whole_is_split_and_nothing_is_retried(store: JobSt
     recorded by the split calls and the bad one alone is refused, at once."""
     run_ids = [f"job-{n:02d}" for n in range(8)]
     store.schedule_many(run_ids, [store.now_ms()] * len(run_ids))
-    d = Dispatcher(store, lambda job: None, holder="d1", batch_size=8, mark_timeout=3.0,
+    counting, counts = counted(store)
+    d = Dispatcher(counting, lambda job: None, holder="d1", batch_size=8, mark_timeout=3.0,
                    listen=False)
 
     async def main() -> tuple[dict[str, object], float]:
@@ -165,7 +168,7 @@ def test_a_batch_refused_as_a_whole_is_split_and_nothing_is_retried(store: JobSt
         assert len(jobs) == len(run_ids)
         started = time.monotonic()
         answers = await asyncio.gather(
-            *(d._mark_dispatched(job, BAD_WORKER if job.run_id == BAD else f"bot-{job.run_id}")
+            *(d._marker.mark(job, BAD_WORKER if job.run_id == BAD else f"bot-{job.run_id}")
               for job in jobs), return_exceptions=True)
         took = time.monotonic() - started
         return {job.run_id: a[0] if isinstance(a, tuple) else a
@@ -174,7 +177,7 @@ def test_a_batch_refused_as_a_whole_is_split_and_nothing_is_retried(store: JobSt
     by_id, took = asyncio.run(main())
     print(f"\nanswers {dict(Counter(type(a).__name__ for a in by_id.values()))} in "
           f"{took:.2f}s, "
-          f"{d._marks.calls} mark calls, {getattr(d._marks, 'splits', 0)} split(s)")
+          f"{counts.mark_calls} mark calls, {counts.mark_splits} split(s)")
     assert isinstance(by_id[BAD], InvalidArgument) and REFUSAL in str(by_id[BAD])
     for run_id, answer in by_id.items():
         job = store.get(run_id)
@@ -185,12 +188,13 @@ def test_a_batch_refused_as_a_whole_is_split_and_nothing_is_retried(store: JobSt
             assert answer == MarkResult(cancelled=False, recorded=True), (run_id, answer)
             assert job.dispatched and job.worker_id == f"bot-{run_id}"
     assert took < 1.0, "a refusal is never retried until mark_timeout"
-    assert getattr(d._marks, "splits", 0) >= 1 and d._marks.calls <= 1 + 2 * 3 * 2
+    assert counts.mark_splits >= 1 and counts.mark_calls <= 1 + 2 * 3 * 2
 
 
 def test_a_refused_single_mark_is_not_retried(store: JobStore) -> None:
     store.schedule(BAD, store.now_ms())
-    d = Dispatcher(store, lambda job: None, holder="d1", batch_size=1, mark_timeout=3.0,
+    counting, counts = counted(store)
+    d = Dispatcher(counting, lambda job: None, holder="d1", batch_size=1, mark_timeout=3.0,
                    listen=False)
 
     async def main() -> BaseException | None:
@@ -198,15 +202,15 @@ def test_a_refused_single_mark_is_not_retried(store: JobStore) -> None:
         job = store.lease("d1", store.now_ms(), 30_000)
         assert job is not None
         try:
-            await d._mark_dispatched(job, BAD_WORKER)
+            await d._marker.mark(job, BAD_WORKER)
         except InvalidArgument as exc:
             return exc
         return None
 
     refused = asyncio.run(main())
-    print(f"\n{d._marks.calls} mark call(s); raised {refused!r:.80}")
+    print(f"\n{counts.mark_calls} mark call(s); raised {refused!r:.80}")
     assert isinstance(refused, InvalidArgument)
-    assert d._marks.calls == 1, "an InvalidArgument is not retried"
+    assert counts.mark_calls == 1, "an InvalidArgument is not retried"
 
 
 def test_a_renew_refused_for_a_bad_argument_is_not_retried(store: JobStore) -> None:

@@ -23,6 +23,7 @@ import pytest
 from pgstore import AsyncPgJobStore, CancelResult, Job, MemoryJobStore, PgJobStore
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime.dispatcher import Dispatcher
+from tests.counting import Counts, counted
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ class Ledger:
 
 def _burst(
     store: JobStore | AsyncJobStore, producer: JobStore, listen: bool = False
-) -> tuple[Ledger, dict[str, CancelResult], list[Dispatcher]]:
+) -> tuple[Ledger, dict[str, CancelResult], list[Dispatcher], list[Counts]]:
     ledger = Ledger()
     run_ids = [f"burst-{n:05d}" for n in range(JOBS)]
     now = producer.now_ms()
@@ -69,10 +70,11 @@ def _burst(
         for run_id in doomed:
             cancels[run_id] = producer.cancel(run_id)
 
+    stores = [counted(store) for _ in range(2)]  # each dispatcher's calls counted apart
     dispatchers = [
-        Dispatcher(store, ledger.dispatch, ledger.recall, holder=f"d{i}", concurrency=200,
+        Dispatcher(counting, ledger.dispatch, ledger.recall, holder=f"d{i}", concurrency=200,
                    batch_size=100, poll_interval=0.05, listen=listen)
-        for i in range(2)
+        for i, (counting, _) in enumerate(stores)
     ]
 
     async def main() -> None:
@@ -92,10 +94,10 @@ def _burst(
             await store.close()
 
     asyncio.run(main())
-    return ledger, cancels, dispatchers
+    return ledger, cancels, dispatchers, [counts for _, counts in stores]
 
 
-def _check(ledger: Ledger, cancels: dict[str, CancelResult], dispatchers: list[Dispatcher],
+def _check(ledger: Ledger, cancels: dict[str, CancelResult], counts: list[Counts],
            get: Callable[[str], Job | None]) -> None:
     assert max(ledger.sent.values()) == 1, "a job was sent twice"
     for n in range(JOBS):
@@ -114,9 +116,9 @@ def _check(ledger: Ledger, cancels: dict[str, CancelResult], dispatchers: list[D
             assert answer is CancelResult.CANCELLED and job.cancelled, run_id
             # Sent before the cancel landed: recalled (mark said cancelled); else never sent.
             assert (ledger.sent[run_id] == 0) or (run_id in ledger.recalled), run_id
-    leases = sum(d.lease_calls for d in dispatchers)
-    marks = sum(d._marks.calls for d in dispatchers)
-    marked = sum(d._marks.items for d in dispatchers)
+    leases = sum(c.lease_calls for c in counts)
+    marks = sum(c.mark_calls for c in counts)
+    marked = sum(c.marks for c in counts)
     print(f"\n{JOBS} jobs: {leases} lease calls, {marks} mark calls for {marked} marks; "
           f"cancels {Counter(str(a) for a in cancels.values())}, "
           f"{len(ledger.recalled)} recalled")
@@ -125,8 +127,8 @@ def _check(ledger: Ledger, cancels: dict[str, CancelResult], dispatchers: list[D
 
 def test_a_burst_on_the_memory_store_is_dispatched_once_per_job() -> None:
     store = MemoryJobStore()
-    ledger, cancels, dispatchers = _burst(store, store)
-    _check(ledger, cancels, dispatchers, store.get)
+    ledger, cancels, _, counts = _burst(store, store)
+    _check(ledger, cancels, counts, store.get)
 
 
 def test_a_burst_on_postgresql_is_dispatched_once_per_job(
@@ -136,7 +138,7 @@ def test_a_burst_on_postgresql_is_dispatched_once_per_job(
     producer.start()
     store = AsyncPgJobStore(pgstore_database, schema=pgstore_schema)
     try:
-        ledger, cancels, dispatchers = _burst(store, producer, listen=True)
-        _check(ledger, cancels, dispatchers, producer.get)
+        ledger, cancels, _, counts = _burst(store, producer, listen=True)
+        _check(ledger, cancels, counts, producer.get)
     finally:
         producer.close()

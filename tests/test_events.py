@@ -283,9 +283,9 @@ def test_a_lost_listener_connection_and_its_reconnect_are_reported(
 
     async def main() -> None:
         task = asyncio.ensure_future(d.run(handle_signals=False))
-        await until("the listener", lambda: d._listener is not None)
-        assert d._listener is not None
-        await asyncio.wait_for(d._listener.listening.wait(), WAIT)
+        await until("the listener", lambda: d._wakeups.wakeups is not None)
+        assert d._wakeups.wakeups is not None
+        await asyncio.wait_for(d._wakeups.wakeups.listening.wait(), WAIT)
         assert seen.of(ev.Reconnected) == []  # the first connection is not a reconnect
         for n in range(1, 3):
             assert await asyncio.to_thread(_terminate_listeners, pgstore_database) >= 1

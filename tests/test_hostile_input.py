@@ -522,7 +522,9 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "now_ms": [],
 }
 #: Methods that take no per-call value worth drawing (lifecycle).
-LIFECYCLE = {"start", "close", "schema", "conninfo"}
+#: ``job_wakeups`` calls no SQL function (it makes a LISTEN, not yet started): what a
+#: notification may carry is tested in tests/test_listen_hostile.py.
+LIFECYCLE = {"start", "close", "schema", "conninfo", "job_wakeups"}
 #: The operator's reads of the PostgreSQL stores (no memory counterpart): tried below.
 OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
     "stats": [times],

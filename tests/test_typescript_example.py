@@ -135,9 +135,9 @@ class _Background:
     def _main(self) -> None:
         async def main() -> None:
             runner = asyncio.ensure_future(self.dispatcher.run(handle_signals=False))
-            while self.dispatcher._listener is None:
+            while self.dispatcher._wakeups.wakeups is None:
                 await asyncio.sleep(0.01)
-            await asyncio.wait_for(self.dispatcher._listener.listening.wait(), WAIT)
+            await asyncio.wait_for(self.dispatcher._wakeups.wakeups.listening.wait(), WAIT)
             await asyncio.sleep(0.3)  # past its first claim, idle in the poll wait
             self.ready.set()
             await runner

@@ -17,9 +17,9 @@ def wake_up_latency(dispatcher: Dispatcher, producer: PgJobStore, got: threading
 
     async def main() -> float:
         runner = asyncio.ensure_future(dispatcher.run())
-        while dispatcher._listener is None:
+        while dispatcher._wakeups.wakeups is None:
             await asyncio.sleep(0.01)
-        await asyncio.wait_for(dispatcher._listener.listening.wait(), 10)
+        await asyncio.wait_for(dispatcher._wakeups.wakeups.listening.wait(), 10)
         await asyncio.sleep(0.3)  # the dispatcher is idle in its poll wait
         started = time.monotonic()
         await asyncio.to_thread(producer.schedule, "now", producer.now_ms())

@@ -75,9 +75,9 @@ class IdleDispatcher:
     def _main(self) -> None:
         async def go() -> None:
             task = asyncio.ensure_future(self.dispatcher.run())
-            while self.dispatcher._listener is None:
+            while self.dispatcher._wakeups.wakeups is None:
                 await asyncio.sleep(0.01)
-            await asyncio.wait_for(self.dispatcher._listener.listening.wait(), 30)
+            await asyncio.wait_for(self.dispatcher._wakeups.wakeups.listening.wait(), 30)
             self.ready.set()
             await task
             await self.store.close()

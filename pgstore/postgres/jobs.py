@@ -7,16 +7,44 @@ they keep their records (``remove`` deletes one job).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import job_calls as calls
+from pgstore.postgres.listen import JobListener
 from pgstore.postgres.store import AsyncStore, SyncStore
 
 __all__ = ["AsyncPgJobStore", "PgJobStore"]
 
 
-class PgJobStore(SyncStore):
+class _Listens:
+    """What both job stores offer a runtime: the ``WakeupSource`` protocol."""
+
+    @property
+    def schema(self) -> str:
+        raise NotImplementedError
+
+    def conninfo(self) -> str:
+        raise NotImplementedError
+
+    def job_wakeups(
+        self,
+        wake: Callable[[], None],
+        horizon: float,
+        *,
+        log: logging.Logger,
+        name: str,
+        conninfo: str | None = None,
+        on_connection: Callable[[str | None], None] | None = None,
+    ) -> JobListener:
+        """A ``JobListener`` on ``conninfo``, else this store's database (the
+        ``WakeupSource`` protocol, ``pgstore.protocols``): not yet started."""
+        return JobListener(conninfo or self.conninfo(), self.schema, wake, horizon, log, name,
+                           on_connection)
+
+
+class PgJobStore(SyncStore, _Listens):
     """Delayed dispatch with holder leases in PostgreSQL, for threads.
 
     Each method is one call of the SQL function it names, one round trip. Times are
@@ -171,7 +199,7 @@ class PgJobStore(SyncStore):
         )
 
 
-class AsyncPgJobStore(AsyncStore):
+class AsyncPgJobStore(AsyncStore, _Listens):
     """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
     contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
 

@@ -29,9 +29,6 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from pgstore.postgres.store import AsyncStore, SyncStore
-from pgstore.protocols import AsyncJobStore, AsyncScheduleStore, JobStore, ScheduleStore
-
 #: Seconds between attempts to re-open a lost listening connection.
 RECONNECT_PAUSE = 2.0
 #: Wake-ups allowed back to back, and the seconds that earn one more after them.
@@ -179,24 +176,6 @@ class JobListener:
         self._ignored_logged = 0
         self._ignored_log_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def for_store(
-        cls,
-        store: ScheduleStore | AsyncScheduleStore | JobStore | AsyncJobStore,
-        wake: Callable[[], None],
-        horizon: float,
-        log: logging.Logger,
-        name: str = "dispatcher",
-        conninfo: str | None = None,
-        on_connection: Callable[[str | None], None] | None = None,
-    ) -> JobListener | None:
-        """A listener for a PostgreSQL store (on ``conninfo``, else the store's database);
-        None for stores without a database."""
-        if not isinstance(store, (SyncStore, AsyncStore)):
-            return None
-        return cls(conninfo or store.conninfo(), store.schema, wake, horizon, log, name,
-                   on_connection)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen())

@@ -66,6 +66,29 @@ class StoreCalls(Protocol):
     async def now_ms(self) -> int: ...
 
 
+class Host(Protocol):
+    """What the parts of a runtime (``pgstore.runtime.lease``, ``mark``...) use of the
+    runtime that composes them: its name, lease, clock, events and user-call pool."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def lease_ms(self) -> int: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def events_active(self) -> bool: ...
+
+    def emit(self, event: Event) -> None: ...
+
+    async def now(self) -> int: ...
+
+    async def call_user(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
 def is_async_callable(fn: object) -> bool:
     """True for ``async def`` functions and objects whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
@@ -133,6 +156,11 @@ class Runtime:
     def emit(self, event: Event) -> None:
         """Hand ``event`` to the subscribers (a subscriber that raises is only logged)."""
         self._events.emit(event)
+
+    @property
+    def events_active(self) -> bool:
+        """True when someone listens: per-piece events need not be built otherwise."""
+        return self._events.active
 
     # --- what subclasses provide -------------------------------------------------
 

@@ -30,7 +30,13 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["Batcher"]
+__all__ = ["CALLS_IN_FLIGHT", "Batcher"]
+
+#: How many calls of one kind (the Dispatcher's marks; apart, its renews) may be out at
+#: once; the rest wait and go together in the next. With ``batch_size=1`` this is what
+#: bounds the marks: four at a time, each one job, as the single-job path's runs did
+#: through a small pool.
+CALLS_IN_FLIGHT = 4
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
@@ -54,11 +60,6 @@ class Batcher(Generic[I, R]):
         self._pending: list[tuple[I, asyncio.Future[R]]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
-        #: How many batch calls went out, and the items they carried (for the bench).
-        self.calls = 0
-        self.items = 0
-        #: How many batch calls were refused as a whole and split.
-        self.splits = 0
 
     async def submit(self, item: I) -> R:
         loop = asyncio.get_running_loop()
@@ -96,8 +97,6 @@ class Batcher(Generic[I, R]):
     async def _deliver(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
         """One call for ``batch``; its halves again when it is refused as a whole for an
         error ``split`` calls permanent."""
-        self.calls += 1
-        self.items += len(batch)
         try:
             answers = await self._call([item for item, _ in batch])
             if len(answers) != len(batch):
@@ -105,7 +104,6 @@ class Batcher(Generic[I, R]):
                     f"a batch call answered {len(answers)} items for {len(batch)}")
         except Exception as exc:
             if len(batch) > 1 and self._split is not None and self._split(exc):
-                self.splits += 1
                 half = len(batch) // 2
                 for part in (batch[:half], batch[half:]):
                     live = [(item, f) for item, f in part if not f.done()]

@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
+from pgstore.runtime.events import Event, Refused, Renew, RuntimeKind
 from pgstore.runtime.transient import is_permanent
 
 #: The share of the lease kept as a margin: a keeper whose renews fail declares the
@@ -35,6 +36,36 @@ RETRY_PAUSE_MAX = 1.0
 LostReason = Literal["refused", "expired"]
 REFUSED: Final = "refused"
 EXPIRED: Final = "expired"
+
+
+def reported(
+    renew: Callable[[], Awaitable[bool]],
+    emit: Callable[[Event], None],
+    *,
+    runtime: RuntimeKind,
+    owner: str,
+    subject: str,
+    token: int,
+) -> Callable[[], Awaitable[bool]]:
+    """``renew`` with each answer reported, as both runtimes report it: ``Renew``
+    (``renewed``, ``refused``, or ``error`` with what it raised, then raised again)
+    and, for a refusal, ``Refused`` (operation ``renew``)."""
+
+    async def renew_reported() -> bool:
+        try:
+            renewed = await renew()
+        except Exception as exc:
+            emit(Renew(runtime=runtime, owner=owner, subject=subject, token=token,
+                       outcome="error", error=f"{type(exc).__name__}: {exc}"))
+            raise
+        emit(Renew(runtime=runtime, owner=owner, subject=subject, token=token,
+                   outcome="renewed" if renewed else "refused"))
+        if not renewed:
+            emit(Refused(runtime=runtime, owner=owner, operation="renew", subject=subject,
+                         token=token))
+        return renewed
+
+    return renew_reported
 
 
 async def keep_lease(

@@ -20,7 +20,7 @@ host. The store's claim is the only coordination:
   the handler raised) and the next occurrence. A rejected complete is logged
   as a stale claim and never retried; nor is one refused for a bad argument.
   Under ``all`` the next occurrence is computed in a worker thread, not in
-  the event loop (``_upcoming``); one that cannot be computed (before year 1,
+  the event loop (``pgstore.runtime.complete``); one that cannot be computed (before year 1,
   after 9999) is logged as an error and the schedule goes on by the ``once``
   rule: one completion, never a rerun at each lease expiry.
 
@@ -41,10 +41,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
 
@@ -54,119 +52,33 @@ from pgstore.models import (
     CATCH_UPS,
     CatchUp,
     ClaimResult,
-    CompletePatch,
-    LastStatus,
     ScheduleKind,
 )
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
 from pgstore.runtime import catch_up as _catch_up
 from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, is_async_callable
+from pgstore.runtime.complete import Completer
 from pgstore.runtime.events import (
     Claim,
-    Complete,
     HandlerRun,
     LeaseLost,
-    Refused,
     Registered,
-    Renew,
     Subscriber,
 )
-from pgstore.runtime.keeper import keep_lease
+from pgstore.runtime.keeper import keep_lease, reported
 from pgstore.runtime.occurrences import (
     CronSpec,
-    cron_between,
     cron_spec,
-    interval_between,
-    next_cron,
-    next_interval,
 )
 from pgstore.runtime.stores import as_async_schedule_store
-from pgstore.runtime.transient import is_permanent
+from pgstore.runtime.tasks import Handler, RunContext, Task, milliseconds
 
 __all__ = ["RunContext", "Scheduler", "Task"]
 
 log = logging.getLogger("pgstore.scheduler")
 
-#: Tries of a complete that fails (a lost connection) before the lease is left to expire.
-COMPLETE_ATTEMPTS = 5
-
-#: A task handler: ``handler()`` or ``handler(ctx)``, plain or ``async def``.
-Handler = Callable[..., Any]
 H = TypeVar("H", bound=Handler)
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What a handler knows about its run.
-
-    ``lease_lost`` is set when a renew failed: the occurrence may be running
-    elsewhere, and this run will not be completed; a plain handler should
-    check it and stop early (an ``async def`` handler is cancelled instead).
-    """
-
-    task_id: str
-    fencing_token: int
-    scheduled_at: int
-    started_at: int
-    owner: str
-    lease_lost: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True)
-class Task:
-    """A declared task: its stored kind and spec, and how its occurrences follow."""
-
-    id: str
-    kind: ScheduleKind
-    spec: str
-    handler: Handler
-    cron: CronSpec | None = None
-    period_ms: int | None = None  # the interval, or the one-shot delay
-    catch_up: CatchUp = "once"  # registered with the record; the record's is applied
-
-    def first_run_at(self, now: int) -> int:
-        """``next_run_at`` for a new (or changed) record registered at ``now``."""
-        if self.cron is not None:
-            return next_cron(self.cron, now)
-        assert self.period_ms is not None
-        return v.add(now, self.period_ms)
-
-    def next_run_at(
-        self,
-        scheduled_at: int,
-        now: int,
-        catch_up: CatchUp = "once",
-        limit: int = _catch_up.DEFAULT_LIMIT,
-    ) -> int | None:
-        """The occurrence after the one scheduled at ``scheduled_at``, completed at ``now``
-        under the ``catch_up`` policy (``pgstore.runtime.catch_up``)."""
-        if self.kind == "once":
-            return None
-        occurrences = self.occurrences(scheduled_at)
-        return _catch_up.next_after(catch_up, occurrences, scheduled_at, now, limit)
-
-    def occurrences(self, scheduled_at: int) -> _catch_up.Occurrences:
-        """The occurrences from ``scheduled_at`` on: the cron expression's, or the
-        interval's grid through ``scheduled_at``."""
-        cron, period = self.cron, self.period_ms
-        if cron is not None:
-            return _catch_up.Occurrences(
-                lambda after: next_cron(cron, after),
-                lambda after, until: cron_between(cron, after, until),
-            )
-        assert period is not None
-        return _catch_up.Occurrences(
-            lambda after: next_interval(scheduled_at, period, after),
-            lambda after, until: interval_between(scheduled_at, period, after, until),
-        )
-
-
-def _milliseconds(param: str, value: object) -> int:
-    if isinstance(value, timedelta):
-        value = int(value.total_seconds() * 1000)
-    return v.positive(param, value)
-
 
 class Scheduler(Runtime):
     """Runs declared tasks over any schedule store (memory, sync or asyncio PostgreSQL).
@@ -219,12 +131,10 @@ class Scheduler(Runtime):
             )
         self.catch_up_grace_ms = v.positive("catch_up_grace_ms", catch_up_grace_ms)
         self.tasks: dict[str, Task] = {}
-        #: Under catch_up ``all``: what the last completion of each task found due.
-        self._backlogs: dict[str, _catch_up.Backlog] = {}
+        self._completer = Completer(schedules, self, self.catch_up_limit)
         self._register = schedules.register
         self._claim_next = schedules.claim_next
         self._renew = schedules.renew
-        self._complete = schedules.complete
 
     # --- declaring tasks -----------------------------------------------------------
 
@@ -275,7 +185,7 @@ class Scheduler(Runtime):
         """Run ``handler`` every ``interval`` (ms, or a timedelta) at a fixed rate; the first
         run is one interval after the task is first registered. ``catch_up`` as for
         ``cron``."""
-        period = _milliseconds("interval", interval)
+        period = milliseconds("interval", interval)
         return self._declare(id, "interval", str(period), handler, catch_up, period_ms=period)
 
     @overload
@@ -300,7 +210,7 @@ class Scheduler(Runtime):
         ``catch_up="skip"`` leaves the tombstone without running it when it is claimed
         more than ``catch_up_grace_ms`` late; ``all`` is refused (one occurrence: it
         would be ``once``)."""
-        period = _milliseconds("delay", delay)
+        period = milliseconds("delay", delay)
         if catch_up == "all":
             raise InvalidArgument(
                 "catch_up of a one-shot task must be skip or once: it has one occurrence"
@@ -375,7 +285,7 @@ class Scheduler(Runtime):
             log.info("%s: %s token %d (scheduled %s) claimed %d ms late: skipped (catch_up "
                      "skip)", self.owner, task.id, ctx.fencing_token, scheduled,
                      claimed_at - scheduled)
-            await self._finish(task, ctx, "skipped", catch_up)
+            await self._completer.finish(task, ctx, "skipped", catch_up)
             return
         started = time.monotonic()
         # The keeper renews from the claim until the complete has an answer: through the
@@ -402,105 +312,10 @@ class Scheduler(Runtime):
                 return
             log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id,
                      ctx.fencing_token, time.monotonic() - started, status)
-            await self._finish(task, ctx, status, catch_up)
+            await self._completer.finish(task, ctx, status, catch_up)
         finally:
             if keeper is not None:
                 keeper.cancel()
-
-    async def _finish(
-        self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp
-    ) -> None:
-        """Complete the claim with ``status`` and the next occurrence under ``catch_up``."""
-        # complete cannot commit twice (a spent claim answers False), so a failed one
-        # (a lost connection) is retried rather than left to the lease's expiry, which
-        # would run the occurrence again.
-        # A refusal for a bad argument is never retried: it would be refused again.
-        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
-            try:
-                now = await self.now()
-                upcoming = await self._upcoming(task, ctx, now, catch_up)
-                patch = CompletePatch(upcoming, ctx.started_at, status)
-                completed = await self._complete(task.id, ctx.fencing_token, patch, now)
-                break
-            except Exception as exc:
-                if is_permanent(exc):
-                    log.error("%s: complete of %s token %d refused: %s: %s; not retried, "
-                              "the lease will expire", self.owner, task.id,
-                              ctx.fencing_token, type(exc).__name__, exc)
-                    self._completed(ctx, "failed", attempt, status, None)
-                    return
-                log.exception("%s: complete of %s token %d failed (attempt %d of %d)",
-                              self.owner, task.id, ctx.fencing_token, attempt,
-                              COMPLETE_ATTEMPTS)
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
-        else:
-            log.error("%s: %s token %d %s but was not completed; the lease will expire "
-                      "and it may run again", self.owner, task.id, ctx.fencing_token,
-                      "was skipped" if status == "skipped" else "ran")
-            self._completed(ctx, "failed", COMPLETE_ATTEMPTS, status, None)
-            return
-        self._completed(ctx, "completed" if completed else "rejected", attempt, status,
-                        patch.next_run_at)
-        if completed:
-            log.info("%s: completed %s token %d %s, next run at %s", self.owner, task.id,
-                     ctx.fencing_token, status, patch.next_run_at)
-        elif attempt > 1:
-            log.warning("%s: complete of %s token %d answered False after a failed attempt: "
-                        "that attempt committed, or the claim went stale", self.owner,
-                        task.id, ctx.fencing_token)
-        else:
-            log.warning("%s: complete of %s token %d rejected: stale claim", self.owner,
-                        task.id, ctx.fencing_token)
-            self.emit(Refused(runtime="scheduler", owner=self.owner, operation="complete",
-                              subject=task.id, token=ctx.fencing_token))
-
-    async def _upcoming(
-        self, task: Task, ctx: RunContext, now: int, catch_up: CatchUp
-    ) -> int | None:
-        """``next_run_at`` after the occurrence ``ctx`` ran (or skipped) at ``now``.
-
-        Under ``all`` it is computed in a worker thread, never in the event loop (a
-        backlog of ``catch_up_limit`` 10,000 takes seconds to read the first time, and
-        the loop keeps every other lease meanwhile), from the backlog the task's last
-        completion found (``pgstore.runtime.catch_up.advance``), kept here for the next.
-
-        An occurrence that cannot be computed (a ``next_run_at`` outside the dates
-        cron can express, years 1 to 9999) is an error logged once, never a retry: the
-        schedule goes on by the ``once`` rule (the first occurrence after now), and
-        when there is none either, ``next_run_at`` is cleared (NULL: the schedule stops
-        until it is registered with another spec or its record is changed).
-        """
-        scheduled = ctx.scheduled_at
-        try:
-            if task.kind == "once" or catch_up != "all":
-                return task.next_run_at(scheduled, now, catch_up, self.catch_up_limit)
-            last = self._backlogs.pop(task.id, None)
-            upcoming, backlog = await asyncio.get_running_loop().run_in_executor(
-                None, _catch_up.advance, task.occurrences(scheduled), last, scheduled, now,
-                self.catch_up_limit)
-            self._backlogs[task.id] = backlog
-            return upcoming
-        except (InvalidArgument, OverflowError, ValueError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        try:
-            fallback = task.next_run_at(scheduled, now, "once", self.catch_up_limit)
-        except (InvalidArgument, OverflowError, ValueError) as exc:
-            log.error("%s: %s token %d (scheduled %s): no next occurrence can be computed "
-                      "(%s; then %s: %s): next_run_at cleared", self.owner, task.id,
-                      ctx.fencing_token, scheduled, problem, type(exc).__name__, exc)
-            return None
-        log.error("%s: %s token %d (scheduled %s): catch_up %s cannot compute the next "
-                  "occurrence (%s); going on by the once rule: next run at %s", self.owner,
-                  task.id, ctx.fencing_token, scheduled, catch_up, problem, fallback)
-        return fallback
-
-    def _completed(
-        self, ctx: RunContext, outcome: Literal["completed", "rejected", "failed"],
-        attempts: int, status: LastStatus, next_run_at: int | None,
-    ) -> None:
-        self.emit(Complete(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
-                           token=ctx.fencing_token, outcome=outcome, attempts=attempts,
-                           status=status, next_run_at=next_run_at))
 
     async def _run_handler(
         self, task: Task, ctx: RunContext, work: asyncio.Future[None]
@@ -543,22 +358,8 @@ class Scheduler(Runtime):
         """The shared keeper for one run: on a lost lease, tell the handler."""
 
         async def renew() -> bool:
-            try:
-                now = await self.now()
-                renewed = bool(await self._renew(ctx.task_id, ctx.fencing_token,
-                                                 now + self.lease_ms))
-            except Exception as exc:
-                self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
-                                token=ctx.fencing_token, outcome="error",
-                                error=f"{type(exc).__name__}: {exc}"))
-                raise
-            self.emit(Renew(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
-                            token=ctx.fencing_token,
-                            outcome="renewed" if renewed else "refused"))
-            if not renewed:
-                self.emit(Refused(runtime="scheduler", owner=self.owner, operation="renew",
-                                  subject=ctx.task_id, token=ctx.fencing_token))
-            return renewed
+            now = await self.now()
+            return bool(await self._renew(ctx.task_id, ctx.fencing_token, now + self.lease_ms))
 
         def lost(reason: Literal["refused", "expired"]) -> None:
             self.emit(LeaseLost(runtime="scheduler", owner=self.owner, subject=ctx.task_id,
@@ -571,9 +372,12 @@ class Scheduler(Runtime):
             if cancel:
                 work.cancel()
 
-        return keep_lease(renew, lease_ms=self.lease_ms, anchor=anchor,
-                          what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner,
-                          log=log, on_lost=lost)
+        return keep_lease(
+            reported(renew, self.emit, runtime="scheduler", owner=self.owner,
+                     subject=ctx.task_id, token=ctx.fencing_token),
+            lease_ms=self.lease_ms, anchor=anchor,
+            what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner, log=log,
+            on_lost=lost)
 
 
 def _takes_context(fn: Handler) -> bool:

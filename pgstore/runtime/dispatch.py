@@ -1,0 +1,63 @@
+"""The Dispatcher's provider call: the user's ``dispatch(job)``, which sends the bot
+and returns its worker id (or None), plain or ``async def``.
+
+Each call is reported (``HandlerRun``: ``ok``, ``error``, or ``abandoned`` when
+a stop cancels it; its lease is then left to expire). What the answer or the
+error leads to (a mark, a release) is the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pgstore.models import Job
+from pgstore.runtime.base import Host, is_async_callable
+from pgstore.runtime.events import HandlerRun
+
+__all__ = ["DispatchFn", "ProviderCall"]
+
+log = logging.getLogger("pgstore.dispatcher")
+
+#: ``dispatch(job) -> worker_id | None``, plain or ``async def``.
+DispatchFn = Callable[[Job], Any]
+
+
+class ProviderCall:
+    """Runs ``dispatch(job)`` for ``host``: ``async def`` on the loop, a plain function
+    in the host's thread pool."""
+
+    def __init__(self, dispatch: DispatchFn, host: Host) -> None:
+        self.dispatch = dispatch
+        self._host = host
+        self._is_async = is_async_callable(dispatch)
+
+    async def __call__(self, job: Job) -> Any:
+        """What ``dispatch(job)`` returned; what it raised is raised."""
+        started = time.monotonic()
+        try:
+            if self._is_async:
+                result = await self.dispatch(job)
+            else:
+                result = await self._host.call_user(self.dispatch, job)
+        except asyncio.CancelledError:
+            log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
+                        self._host.owner, job.run_id)
+            self._ran(job, "abandoned", started)
+            raise
+        except Exception:
+            self._ran(job, "error", started)
+            raise
+        self._ran(job, "ok", started)
+        return result
+
+    def _ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],
+             started: float) -> None:
+        host = self._host
+        if host.events_active:
+            host.emit(HandlerRun(runtime="dispatcher", owner=host.owner, subject=job.run_id,
+                                 token=job.lease_sequence, outcome=outcome,
+                                 duration_s=time.monotonic() - started))
