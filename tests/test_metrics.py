@@ -328,11 +328,18 @@ def test_the_reader_reads_on_its_own_connection_and_keeps_a_stale_reading(
                     psycopg.sql.Identifier(moved), psycopg.sql.Identifier(pgstore_schema)))
     _wait("read again", lambda: value(scrape(url), "pgstore_store_stats_stale") == 0)
     reader.close()
-    with psycopg.connect(pgstore_database, autocommit=True) as conn:
-        backends = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()").fetchone()
-    assert backends == (0,)  # closed with the reader
+
+    def readers() -> int:
+        with psycopg.connect(pgstore_database, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = %s", (READER_APPLICATION_NAME,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    # Closed with the reader (a backend leaves pg_stat_activity a moment after its
+    # client closes the connection).
+    _wait("the reader's backend to end", lambda: readers() == 0)
 
 
 def test_the_interval_mode_reads_an_asyncio_store_on_the_loop(
