@@ -33,7 +33,7 @@ from pgstore.models import Job
 from pgstore.postgres.jobs import PgJobStore
 from pgstore.postgres.schedules import PgScheduleStore
 from pgstore.runtime.dispatcher import Dispatcher
-from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector
+from pgstore.runtime.metrics import RuntimeMetrics, StoreStatsCollector, StoreStatsReader
 from pgstore.runtime.scheduler import RunContext, Scheduler
 
 __all__ = ["LEASE_MS", "PROVIDER_SECONDS", "RUN_SECONDS", "TTL_MS", "main"]
@@ -95,7 +95,12 @@ def _run(runtime: Scheduler | Dispatcher, store: PgScheduleStore | PgJobStore,
     runtime.subscribe(TraceEvents(trace))
     registry = CollectorRegistry()
     RuntimeMetrics(registry).observe(runtime)
-    registry.register(StoreStatsCollector(store.stats))
+    gauges = StoreStatsCollector()
+    registry.register(gauges)
+    # As `pgstore run` does: the gauges are read on a connection of their own, on an
+    # interval, so a scrape never takes a connection from the runtime's store.
+    reader = StoreStatsReader(store.conninfo(), STORE_SCHEMA, gauges, interval=1.0)
+    reader.start()
     server, _ = start_http_server(0, "127.0.0.1", registry)
     trace.event("metrics", detail=f"http://127.0.0.1:{server.server_port}/metrics")
     trace.event("start", detail=f"pid {os.getpid()}")
@@ -103,6 +108,9 @@ def _run(runtime: Scheduler | Dispatcher, store: PgScheduleStore | PgJobStore,
         runtime.run_sync()  # until SIGTERM / SIGINT
     finally:
         server.shutdown()
+        reader.close()
+        reader.read_once()  # the final page's gauges: one reading after the run
+        reader.close()
         trace.event("metrics-final", detail=generate_latest(registry).decode())
         store.close()
         trace.event("stopped")
