@@ -25,7 +25,7 @@ lint: venv
 	$(BIN)/ruff check pgstore tests migrations examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python tests/plpgsql_check.py
+	$(BIN)/python tests/support/plpgsql_check.py
 
 ## The main job: 3 schedulers and 3 dispatchers in their own processes, one frozen and one
 ## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.

@@ -23,12 +23,12 @@ from pgstore import (
 )
 from pgstore.protocols import JobStore, ScheduleStore
 from pgstore.testing import PgBouncer
-from tests.sync_stores import sync_job_store, sync_schedule_store
-from tests.xdist_groups import (  # the suite's spread over xdist workers: its hooks
+from tests.support.sync_stores import sync_job_store, sync_schedule_store
+from tests.support.xdist_groups import (  # the suite's spread over xdist workers: its hooks
     pytest_collection_modifyitems as pytest_collection_modifyitems,
 )
-from tests.xdist_groups import pytest_configure as pytest_configure
-from tests.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
+from tests.support.xdist_groups import pytest_configure as pytest_configure
+from tests.support.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment,
 # where a serial run has whatever the shell exported (usually nothing). The CLI cuts

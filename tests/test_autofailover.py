@@ -1,6 +1,6 @@
 """The runtimes under a real HA manager: pg_auto_failover fails over twice.
 
-A monitor and two nodes under ``pg_autoctl`` (``tests/autofailover.py``), with
+A monitor and two nodes under ``pg_autoctl`` (``tests/support/autofailover.py``), with
 pg_auto_failover's own replication settings: with two nodes the primary names the
 secondary in ``synchronous_standby_names`` and commits with ``synchronous_commit =
 on``. A Scheduler and a Dispatcher (``tests/test_failover_runtime.py``'s, two
@@ -43,7 +43,7 @@ import pytest
 
 from pgstore.testing import install_schema
 from pgstore.testing_ha import wait_for
-from tests.autofailover import Formation, autoctl_binaries, formation
+from tests.support.autofailover import Formation, autoctl_binaries, formation
 from tests.test_failover_runtime import (
     RESUME_SECONDS,
     SCHEMA,

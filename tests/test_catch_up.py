@@ -35,8 +35,8 @@ from pgstore.runtime.occurrences import (
     next_interval,
 )
 from pgstore.runtime.scheduler import RunContext, Scheduler, Task
-from tests.clock import FakeClock, utc_ms
 from tests.conftest import present
+from tests.support.clock import FakeClock, utc_ms
 from tests.test_scheduler import _scheduler, run
 
 HOUR = 3_600_000

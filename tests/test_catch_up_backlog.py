@@ -21,8 +21,8 @@ from pgstore import MemoryScheduleStore
 from pgstore.runtime import catch_up
 from pgstore.runtime import events as ev
 from pgstore.runtime.scheduler import RunContext, Scheduler
-from tests.clock import FakeClock, utc_ms
 from tests.conftest import present
+from tests.support.clock import FakeClock, utc_ms
 from tests.test_catch_up import _cron_task, _interval_task
 
 DAY = 86_400_000

@@ -40,8 +40,8 @@ from pgstore.cli.commands import (
 )
 from pgstore.cli.status import status_text
 from pgstore.models import Job, LastStatus, ScheduleKind, ScheduleRecord, StoreStats
-from tests.cli_support import job_gauges
 from tests.conftest import present
+from tests.support.cli_support import job_gauges
 
 HEAD = HEAD_REVISION
 # Nothing listens on port 1: the connection is refused at once.
@@ -985,29 +985,29 @@ LOG_LINE = re.compile(rf"({ISO}) (DEBUG|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): (
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("tests.cli_app", "'tests.cli_app' is not MODULE:OBJECT"),
+        ("tests.support.cli_app", "'tests.support.cli_app' is not MODULE:OBJECT"),
         (":scheduler", "is not MODULE:OBJECT"),
-        ("tests.cli_app:", "is not MODULE:OBJECT"),
-        ("tests.cli_app:apps..dispatcher", "is not MODULE:OBJECT"),
-        ("tests.cli_app:scheduler:again", "is not MODULE:OBJECT"),
-        ("tests/cli_app.py:scheduler", "is not MODULE:OBJECT"),
-        ("tests.cli_app:1st", "is not MODULE:OBJECT"),
-        ("tests.cli_app: scheduler", "is not MODULE:OBJECT"),
+        ("tests.support.cli_app:", "is not MODULE:OBJECT"),
+        ("tests.support.cli_app:apps..dispatcher", "is not MODULE:OBJECT"),
+        ("tests.support.cli_app:scheduler:again", "is not MODULE:OBJECT"),
+        ("tests/support/cli_app.py:scheduler", "is not MODULE:OBJECT"),
+        ("tests.support.cli_app:1st", "is not MODULE:OBJECT"),
+        ("tests.support.cli_app: scheduler", "is not MODULE:OBJECT"),
         ("tests.no_such_module:app", "no module named 'tests.no_such_module'"),
         ("no_such_package_4711.app:app", "no module named 'no_such_package_4711'"),
-        ("tests.cli_app:nothing", "module 'tests.cli_app' has no attribute 'nothing'"),
-        ("tests.cli_app:apps.nothing", "module 'tests.cli_app' has no attribute 'apps.nothing'"),
+        ("tests.support.cli_app:nothing", "module 'tests.support.cli_app' has no attribute 'nothing'"),
+        ("tests.support.cli_app:apps.nothing", "module 'tests.support.cli_app' has no attribute 'apps.nothing'"),
         (
-            "tests.cli_app:not_a_runtime",
-            "tests.cli_app:not_a_runtime is an int, not a pgstore.Scheduler or "
+            "tests.support.cli_app:not_a_runtime",
+            "tests.support.cli_app:not_a_runtime is an int, not a pgstore.Scheduler or "
             "pgstore.Dispatcher (or a zero-argument callable returning one)",
         ),
-        ("tests.cli_app:needs_arguments", "tests.cli_app:needs_arguments needs arguments"),
-        ("tests.cli_app:Scheduler", "tests.cli_app:Scheduler needs arguments"),
-        ("tests.cli_app:returns_a_number", "returns_a_number() returned an int, not a pgstore"),
+        ("tests.support.cli_app:needs_arguments", "tests.support.cli_app:needs_arguments needs arguments"),
+        ("tests.support.cli_app:Scheduler", "tests.support.cli_app:Scheduler needs arguments"),
+        ("tests.support.cli_app:returns_a_number", "returns_a_number() returned an int, not a pgstore"),
         (
-            "tests.cli_app:raises",
-            "tests.cli_app:raises() raised LookupError: no such environment (cli_app.py:",
+            "tests.support.cli_app:raises",
+            "tests.support.cli_app:raises() raised LookupError: no such environment (cli_app.py:",
         ),
     ],
 )
@@ -1047,21 +1047,21 @@ def test_run_usage(cli: Run) -> None:
         assert text in out
     assert "--dsn DSN" not in out and "--schema SCHEMA" not in out  # no such options
     assert cli("run")[0] == 2
-    assert cli("run", "--dsn", "x", "tests.cli_app:scheduler")[0] == 2
-    assert cli("run", "tests.cli_app:scheduler", "--log-level", "loud")[0] == 2
+    assert cli("run", "--dsn", "x", "tests.support.cli_app:scheduler")[0] == 2
+    assert cli("run", "tests.support.cli_app:scheduler", "--log-level", "loud")[0] == 2
 
 
 def test_run_finds_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
-    import tests.cli_app as app
+    import tests.support.cli_app as app
 
-    assert load_runtime("tests.cli_app:scheduler") is app.scheduler
+    assert load_runtime("tests.support.cli_app:scheduler") is app.scheduler
     assert isinstance(app.scheduler, Scheduler)
-    assert load_runtime("tests.cli_app:apps.dispatcher") is app.apps.dispatcher
-    made = load_runtime("tests.cli_app:make_dispatcher")
+    assert load_runtime("tests.support.cli_app:apps.dispatcher") is app.apps.dispatcher
+    made = load_runtime("tests.support.cli_app:make_dispatcher")
     assert isinstance(made, Dispatcher) and made is not app.apps.dispatcher
     with pytest.raises(AppError):
-        load_runtime("tests.cli_app:not_a_runtime")
+        load_runtime("tests.support.cli_app:not_a_runtime")
 
 
 def _log_events(text: str) -> list[tuple[str, str, str]]:
@@ -1155,7 +1155,7 @@ def test_run_scheduler_until_sigterm(
 ) -> None:
     dsn, schema = pgstore_database, pgstore_schema
     _create_marks(dsn, schema)
-    app = _App("tests.cli_app:scheduler", dsn, schema, tmp_path)
+    app = _App("tests.support.cli_app:scheduler", dsn, schema, tmp_path)
     try:
 
         def ran() -> bool:
@@ -1197,7 +1197,7 @@ def test_run_scheduler_until_sigterm(
     assert _messages(
         events,
         "pgstore.run",
-        rf"running scheduler {who} \(tasks: boom, tick\) from tests\.cli_app:scheduler until"
+        rf"running scheduler {who} \(tasks: boom, tick\) from tests\.support\.cli_app:scheduler until"
         r" SIGTERM or SIGINT",
     )
     assert _messages(events, "pgstore.scheduler", rf"{who}: stopping; \d running, grace 5\.0s")
@@ -1232,7 +1232,7 @@ def test_a_restarted_dispatcher_process_continues_from_the_stored_attempts(
 
     for run in ("1", "2"):
         (tmp_path / run).mkdir()
-    first = _App("tests.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "1")
+    first = _App("tests.support.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "1")
     try:
         first.wait_for("two attempts, the second released",
                        lambda: len(attempts()) >= 2 and stored().lease_holder is None)
@@ -1241,7 +1241,7 @@ def test_a_restarted_dispatcher_process_continues_from_the_stored_attempts(
         first.kill()
     assert status == 0, first.log()
     stopped_at = stored()
-    second = _App("tests.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "2")
+    second = _App("tests.support.cli_app:make_doomed_dispatcher", dsn, schema, tmp_path / "2")
     try:
         second.wait_for("the job failed", lambda: stored().failed)
         status, _ = second.stop(signal.SIGTERM)
@@ -1281,7 +1281,7 @@ def test_run_dispatcher_factory_until_sigint(
         for run_id in ("meeting-a", "flaky-c", "cancel-d"):
             jobs.schedule(run_id, now - 1_000)
     # The factory form, and a lower-case level.
-    app = _App("tests.cli_app:make_dispatcher", dsn, schema, tmp_path, "--log-level", "info")
+    app = _App("tests.support.cli_app:make_dispatcher", dsn, schema, tmp_path, "--log-level", "info")
     try:
         with PgJobStore(dsn, schema=schema) as jobs:
 
@@ -1327,7 +1327,7 @@ def test_run_dispatcher_factory_until_sigint(
     )
     assert ("recall", "cancel-d", None, "bot-cancel-d") in _marks(dsn, schema)
     assert _messages(
-        events, "pgstore.run", rf"running dispatcher {who} from tests\.cli_app:make_dispatcher .*"
+        events, "pgstore.run", rf"running dispatcher {who} from tests\.support\.cli_app:make_dispatcher .*"
     )
     assert events[-1] == ("INFO", "pgstore.run", "stopped")
 
@@ -1376,7 +1376,7 @@ def test_run_console_script_imports_from_the_current_directory(tmp_path: Path) -
 def test_run_on_an_unmigrated_schema_is_one_error_line(
     pgstore_database: str, tmp_path: Path
 ) -> None:
-    app = _App("tests.cli_app:scheduler", pgstore_database, "nothing_here", tmp_path)
+    app = _App("tests.support.cli_app:scheduler", pgstore_database, "nothing_here", tmp_path)
     try:
         status = app.proc.wait(timeout=60)
     finally:

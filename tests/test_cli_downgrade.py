@@ -22,7 +22,7 @@ from psycopg import sql
 import pgstore
 from pgstore import PgJobStore, PgScheduleStore
 from pgstore.schema.migrations import current_revision, downgrade, migrate
-from tests.cli_support import (
+from tests.support.cli_support import (
     Run,
     clean_environment,
     in_process,

@@ -22,8 +22,14 @@ import pgstore
 from pgstore import PgScheduleStore
 from pgstore.schema.files import migrations_dir
 from pgstore.schema.migrations import current_revision, migrate
-from tests.catalog import catalog
-from tests.cli_support import Run, clean_environment, in_process, one_error_line, process_env
+from tests.support.catalog import catalog
+from tests.support.cli_support import (
+    Run,
+    clean_environment,
+    in_process,
+    one_error_line,
+    process_env,
+)
 
 HEAD = pgstore.HEAD_REVISION
 HOST_APP = Path(__file__).parent / "host_app"

@@ -21,7 +21,7 @@ from pgstore import PgJobStore, PgScheduleStore
 from pgstore.cli.commands import jobs_table, schedules_table
 from pgstore.cli.status import status_text
 from pgstore.models import Job, ScheduleKind, ScheduleRecord
-from tests.cli_support import (
+from tests.support.cli_support import (
     Run,
     clean_environment,
     in_process,

@@ -34,7 +34,7 @@ from pgstore.postgres.grants import CLIENT_FUNCTIONS
 from pgstore.schema.client_role import role_comment
 from pgstore.schema.migrations import current_revision, downgrade, migrate
 from pgstore.testing import install_schema
-from tests.catalog import INLINED_HELPERS
+from tests.support.catalog import INLINED_HELPERS
 
 #: Concurrent migrations per trial, and trials per case.
 DATABASES = 4

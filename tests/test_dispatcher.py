@@ -13,8 +13,8 @@ import pytest
 from pgstore import CancelResult, InvalidArgument, Job, MemoryJobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
-from tests.clock import FakeClock
-from tests.waiting import until
+from tests.support.clock import FakeClock
+from tests.support.waiting import until
 
 
 def run(coro: Any) -> Any:

@@ -26,8 +26,8 @@ from pgstore.protocols import JobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.keeper import keep_lease
-from tests.counting import counted
-from tests.waiting import until
+from tests.support.counting import counted
+from tests.support.waiting import until
 
 JOBS = 20
 BAD = "job-07"

@@ -23,7 +23,7 @@ import pytest
 from pgstore import AsyncPgJobStore, CancelResult, Job, MemoryJobStore, PgJobStore
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime.dispatcher import Dispatcher
-from tests.counting import Counts, counted
+from tests.support.counting import Counts, counted
 
 pytestmark = pytest.mark.slow
 

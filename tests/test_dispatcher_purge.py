@@ -18,7 +18,7 @@ from pgstore import Job, MemoryJobStore, NotPermitted, PgJobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.testing import drop_schema, install_schema
-from tests.waiting import WAIT, until
+from tests.support.waiting import WAIT, until
 
 DAY = 86_400_000
 

@@ -15,6 +15,9 @@ runs, a site that builds.
 * Every ``.PHONY`` target of the Makefile has a rule, and no tracked file is one
   ``.gitignore`` lists (generated output such as ``docs/bench/results.json`` stays out
   of the tree).
+* docs/testing.md maps the suite: each ``tests/test_*.py`` on a line of its own under
+  "Every test file" (and nothing there that is gone), each ``tests/support`` module
+  named, so the map cannot drift from the tree.
 """
 
 from __future__ import annotations
@@ -74,6 +77,32 @@ def test_readme_quickstart_is_taken_from_the_example() -> None:
 
 def test_no_tracked_file_is_ignored() -> None:
     assert _tracked_and_ignored() == [], "tracked, though .gitignore lists them"
+
+
+TESTING = ROOT / "docs" / "testing.md"
+
+
+def _section(text: str, title: str) -> str:
+    """The body of the ``## title`` section of a Markdown page, up to the next ``## ``."""
+    assert f"\n## {title}\n" in text, f"docs/testing.md has no '## {title}' section"
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_the_test_map_names_every_test_file_and_helper() -> None:
+    text = TESTING.read_text()
+    mapped = re.findall(r"^\* `(tests/test_[a-z0-9_]+\.py)`: \S", _section(text, "Every test file"),
+                        flags=re.MULTILINE)
+    on_disk = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(set(on_disk) - set(mapped)) == [], "test files missing from docs/testing.md"
+    assert sorted(set(mapped) - set(on_disk)) == [], "docs/testing.md maps test files that are gone"
+    assert len(mapped) == len(set(mapped)), "a test file mapped twice in docs/testing.md"
+    helpers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "support").glob("*.py")
+                     if p.name != "__init__.py")
+    assert helpers, "tests/support holds no helper module"
+    assert [h for h in helpers if f"`{h}`" not in text] == [], \
+        "tests/support modules missing from docs/testing.md"
 
 
 def test_every_phony_target_has_a_rule() -> None:

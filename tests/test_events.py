@@ -18,8 +18,8 @@ from pgstore import InvalidArgument, Job, PgJobStore, PgScheduleStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.scheduler import RunContext, Scheduler
-from tests.proxy import TcpProxy, tcp_proxy
-from tests.waiting import WAIT, until
+from tests.support.proxy import TcpProxy, tcp_proxy
+from tests.support.waiting import WAIT, until
 
 E = TypeVar("E", bound=ev.Event)
 

@@ -33,8 +33,8 @@ from pgstore.runtime.metrics import (
     poll_store_stats,
 )
 from pgstore.runtime.scheduler import Scheduler
-from tests.cli_support import process_env
-from tests.waiting import WAIT, until
+from tests.support.cli_support import process_env
+from tests.support.waiting import WAIT, until
 
 REPO = Path(__file__).resolve().parents[1]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -417,7 +417,7 @@ def test_pgstore_run_serves_the_metrics_page(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_dispatcher",
+            [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_dispatcher",
              "--metrics-port", "0", "--metrics-addr", "127.0.0.1"],
             cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
             stderr=err, stdout=subprocess.DEVNULL)
@@ -458,7 +458,7 @@ def test_pgstore_run_serves_the_metrics_page(
 ])
 def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pgstore", "run", "tests.cli_app:scheduler", *args],
+        [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:scheduler", *args],
         cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "usage:" in done.stderr
@@ -557,7 +557,7 @@ def test_a_scrape_flood_delays_no_dispatch_and_costs_no_lease(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_timed_dispatcher",
+            [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_timed_dispatcher",
              "--metrics-port", "0"],
             cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
             stderr=err, stdout=subprocess.DEVNULL)
@@ -625,7 +625,7 @@ def test_pgstore_run_stops_serving_before_it_closes_the_store(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgstore", "run", "tests.cli_app:make_slow_closing_dispatcher",
+            [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_slow_closing_dispatcher",
              "--metrics-port", "0"],
             cwd=REPO, env=process_env(CLI_APP_DSN=pgstore_database,
                                       CLI_APP_SCHEMA=pgstore_schema),

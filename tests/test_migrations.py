@@ -22,8 +22,8 @@ from pgstore import PgJobStore, PgScheduleStore, SchemaNotReady
 from pgstore.schema.files import current_schema_sql
 from pgstore.schema.migrations import alembic_config, current_revision, downgrade, migrate
 from pgstore.testing import install_schema
-from tests.catalog import catalog, without_marks
 from tests.conftest import present
+from tests.support.catalog import catalog, without_marks
 
 HOST_APP = Path(__file__).parent / "host_app"
 

@@ -49,8 +49,8 @@ from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import Scheduler
 from pgstore.schema.migrations import current_revision, downgrade, migrate
 from pgstore.testing import TestServer, fresh_database, install_schema
-from tests.clock import FakeClock
-from tests.wakeup import wake_up_latency
+from tests.support.clock import FakeClock
+from tests.support.wakeup import wake_up_latency
 
 HOST_APP = Path(__file__).parent / "host_app"
 

@@ -30,7 +30,7 @@ from pgstore import (
     Scheduler,
 )
 from pgstore.testing import PgBouncer, drop_schema
-from tests.wakeup import wake_up_latency
+from tests.support.wakeup import wake_up_latency
 
 TIMEOUT = 10.0
 

@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgstore.cli.commands import main as cli_main
 from pgstore.postgres.grants import CLIENT_FUNCTIONS, MONITOR_FUNCTIONS
 from pgstore.schema.migrations import downgrade, migrate
-from tests.catalog import INLINED_HELPERS
+from tests.support.catalog import INLINED_HELPERS
 
 SCHEMA = "shop"
 

@@ -1,7 +1,7 @@
 """The runtimes under faults: a failing clock, server outages longer than the lease
 and than the pool's timeout, transient errors at start, and how soon they resume.
 
-Outages are real: the stores under test reach the server through ``tests.proxy``
+Outages are real: the stores under test reach the server through ``tests.support.proxy``
 (a TCP proxy that resets or blackholes every connection), while the other
 instances and the checks talk to the server directly. Outcomes are read from
 the database and from the log.
@@ -34,7 +34,7 @@ from pgstore import (
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.conftest import present
-from tests.proxy import TcpProxy, tcp_proxy
+from tests.support.proxy import TcpProxy, tcp_proxy
 
 pytestmark = pytest.mark.slow
 

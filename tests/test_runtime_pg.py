@@ -17,8 +17,8 @@ import pytest
 from pgstore import AsyncPgJobStore, AsyncPgScheduleStore, Job, PgJobStore, PgScheduleStore
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import RunContext, Scheduler
-from tests.clock import FakeClock
-from tests.wakeup import wake_up_latency
+from tests.support.clock import FakeClock
+from tests.support.wakeup import wake_up_latency
 
 pytestmark = pytest.mark.slow
 

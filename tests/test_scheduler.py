@@ -19,8 +19,8 @@ import pytest
 from pgstore import InvalidArgument, MemoryScheduleStore
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
 from pgstore.runtime.scheduler import RunContext, Scheduler
-from tests.clock import FakeClock, utc_ms
 from tests.conftest import present
+from tests.support.clock import FakeClock, utc_ms
 
 
 def run(coro: Any) -> Any:

@@ -1,6 +1,6 @@
 """SIGTERM / SIGINT stop ``run()`` gracefully by default, in a real process.
 
-tests/signal_app.py runs a Scheduler and a Dispatcher on one event loop; the test
+tests/support/signal_app.py runs a Scheduler and a Dispatcher on one event loop; the test
 waits until a scheduled run and a dispatch are both mid-way, sends the signal, and
 checks from the database that both finished within the grace period and were
 committed, and that the process exited 0 after both ``run()`` calls returned.
@@ -43,7 +43,7 @@ def _marks(dsn: str, schema: str) -> set[tuple[str, str]]:
 
 
 class _App:
-    """``python -m tests.signal_app MODE`` as a child process, its output in files."""
+    """``python -m tests.support.signal_app MODE`` as a child process, its output in files."""
 
     def __init__(self, mode: str, dsn: str, schema: str, tmp_path: Path, hold: float) -> None:
         self.dsn, self.schema = dsn, schema
@@ -52,7 +52,7 @@ class _App:
         env.update(SIGNAL_APP_DSN=dsn, SIGNAL_APP_SCHEMA=schema, SIGNAL_APP_HOLD=str(hold))
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.signal_app", mode],
+                [sys.executable, "-m", "tests.support.signal_app", mode],
                 cwd=REPO, env=env, stdout=out, stderr=err,
             )
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.catalog import INLINED_HELPERS
+from tests.support.catalog import INLINED_HELPERS
 
 
 @pytest.fixture

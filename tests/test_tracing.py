@@ -23,7 +23,7 @@ from pgstore.runtime import events as ev
 from pgstore.runtime import tracing
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from pgstore.runtime.scheduler import Scheduler
-from tests.waiting import until
+from tests.support.waiting import until
 
 REPO = Path(__file__).resolve().parents[1]
 _EXPORTER = InMemorySpanExporter()

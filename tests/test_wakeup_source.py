@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pgstore import AsyncPgJobStore, Job, MemoryJobStore, PgJobStore
 from pgstore.runtime import events as ev
 from pgstore.runtime.dispatcher import Dispatcher
-from tests.waiting import until
+from tests.support.waiting import until
 
 POLL = 30.0  # seconds: far longer than the test may wait for a wake-up
 

@@ -1,4 +1,4 @@
-"""The suite's spread over pytest-xdist workers (``tests/xdist_groups.py``), run on a
+"""The suite's spread over pytest-xdist workers (``tests/support/xdist_groups.py``), run on a
 small suite of its own in a subprocess with two workers: the tests sharing a
 module-scoped fixture run on one worker that builds it once, an ``xdist_group`` stays on
 one worker, the other tests go to both, and ``slow`` tests start first."""
@@ -19,11 +19,11 @@ pytest.importorskip("xdist")
 ROOT = Path(__file__).resolve().parent.parent
 
 CONFTEST = """
-from tests.xdist_groups import (
+from tests.support.xdist_groups import (
     pytest_collection_modifyitems as pytest_collection_modifyitems,
 )
-from tests.xdist_groups import pytest_configure as pytest_configure
-from tests.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
+from tests.support.xdist_groups import pytest_configure as pytest_configure
+from tests.support.xdist_groups import pytest_xdist_make_scheduler as pytest_xdist_make_scheduler
 """
 
 RECORD = """

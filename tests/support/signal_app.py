@@ -1,6 +1,6 @@
 """A Scheduler and a Dispatcher on one event loop, for tests/test_signals.py.
 
-``python -m tests.signal_app MODE``, over ``SIGNAL_APP_DSN`` / ``SIGNAL_APP_SCHEMA``
+``python -m tests.support.signal_app MODE``, over ``SIGNAL_APP_DSN`` / ``SIGNAL_APP_SCHEMA``
 (the test creates ``<schema>.signal_app_marks``). The scheduler's one-shot task
 ``slow`` and the dispatch of every job each write a ``*-started`` mark, hold for
 ``SIGNAL_APP_HOLD`` seconds, then write a ``*-finished`` mark. Modes:

@@ -75,7 +75,7 @@ _lock = threading.Lock()
 
 
 def make_dispatcher() -> Dispatcher:
-    """The Dispatcher the tests run through the factory form ``tests.cli_app:make_dispatcher``."""
+    """The Dispatcher the tests run through the factory form ``tests.support.cli_app:make_dispatcher``."""
 
     def dispatch(job: Job) -> str:
         mark("dispatch", job.run_id, None, job.lease_holder or "")

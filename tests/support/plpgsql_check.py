@@ -1,6 +1,6 @@
 """Static checks of every PL/pgSQL function in sql/ with the plpgsql_check extension.
 
-    python tests/plpgsql_check.py [DSN]      (default: $PGSTORE_LINT_DSN, else the
+    python tests/support/plpgsql_check.py [DSN]      (default: $PGSTORE_LINT_DSN, else the
                                               local PostgreSQL 15 on 127.0.0.1:5432)
 
 Loads the current sql/ into a throwaway database on that server, runs
