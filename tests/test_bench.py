@@ -360,6 +360,7 @@ def test_peer_drains_are_scaled_to_peer_seconds_and_recorded(
         assert run["jobs"] == jobs and run["finished_in_db"] == jobs
         assert peers["unflushed"]["jobs_per_drain"][name] >= 100
     assert "Jobs per drain" in (tmp_path / "results.md").read_text()
+    assert isinstance(peers["short_drains"], dict)
 
 
 def test_scaled_jobs_and_peer_seconds_bounds() -> None:

@@ -6,10 +6,11 @@ queue is empty. Every worker imports, connects and builds (and warms up) all it
 needs before it reports ready; the drain is timed from the go signal, which
 comes once every worker is ready. Each drain takes enough jobs to last at least
 ``peer_seconds`` (10 s by default): the count is scaled per system and W from a
-first, untimed drain of ``peer_jobs`` jobs (``scaled_jobs``), and recorded in
-the results; with ``peer_seconds`` 0 (``--quick``) every drain takes
-``peer_jobs``. All run on the same server in the same run, in their own
-schemas, installed by their own code:
+first, untimed drain of ``peer_jobs`` jobs, or of a larger one where that was
+too short to tell (``calibrate``, ``scaled_jobs``), and recorded in the results
+(with any drain that still came out shorter); with ``peer_seconds`` 0
+(``--quick``) every drain takes ``peer_jobs``. All run on the same server in
+the same run, in their own schemas, installed by their own code:
 
 * pgstore: ``PgJobStore.lease`` then ``PgJobStore.mark_dispatched`` (the sync
   wrapper over the worker's connection) as built by default (``prepare=None``:
@@ -601,6 +602,29 @@ def scaled_jobs(jobs_per_s: float, cfg: Settings) -> int:
     return max(cfg.peer_jobs, want)
 
 
+#: Untimed calibration drains per system and W at most (``calibrate``).
+CALIBRATION_DRAINS = 3
+
+
+def calibrate(system: System | NodeSystem, workers: int, cfg: Settings,
+              unflushed: bool = False) -> float:
+    """The rate (jobs/s) to size ``system``'s drains at ``workers`` by: that of an untimed
+    drain of ``cfg.peer_jobs``, or, while such a drain lasts less than half of
+    ``cfg.peer_seconds`` (where a worker's start and the last stragglers still weigh
+    much, and the rate comes out low: graphile-worker drained 5,000 jobs at W = 2 at
+    less than half its rate over 133,000), of one more drain sized from it, up to
+    CALIBRATION_DRAINS."""
+    jobs = cfg.peer_jobs
+    rate = 0.0
+    for _ in range(CALIBRATION_DRAINS):
+        r = run_once(system, workers, jobs, unflushed=unflushed)
+        rate = r["jobs_per_s"]
+        if r["seconds"] >= cfg.peer_seconds / 2:
+            break
+        jobs = max(scaled_jobs(rate, cfg), 2 * jobs)
+    return rate
+
+
 def run_peers(cfg: Settings) -> dict[str, Any]:
     missing = peers_available()
     modules: Path | None = None
@@ -632,14 +656,14 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         if cfg.peer_seconds > 0:
             for sy in systems:
                 for w in cfg.workers:
-                    r = run_once(sy, w, cfg.peer_jobs)
-                    calibration[sy.name][str(w)] = round(r["jobs_per_s"], 1)
-                    counts[sy.name][w] = scaled_jobs(r["jobs_per_s"], cfg)
-                    cfg.log(f"  peers: calibration W={w} {sy.name}: {r['jobs_per_s']:.0f}"
+                    rate = calibrate(sy, w, cfg)
+                    calibration[sy.name][str(w)] = round(rate, 1)
+                    counts[sy.name][w] = scaled_jobs(rate, cfg)
+                    cfg.log(f"  peers: calibration W={w} {sy.name}: {rate:.0f}"
                             f" jobs/s -> {counts[sy.name][w]:,} jobs a drain")
-                r = run_once(sy, top, cfg.peer_jobs, unflushed=True)
-                calibration[sy.name]["unflushed"] = round(r["jobs_per_s"], 1)
-                unflushed_counts[sy.name] = scaled_jobs(r["jobs_per_s"], cfg)
+                rate = calibrate(sy, top, cfg, unflushed=True)
+                calibration[sy.name]["unflushed"] = round(rate, 1)
+                unflushed_counts[sy.name] = scaled_jobs(rate, cfg)
         for rep in range(cfg.peer_repeats):
             for w in cfg.workers:
                 for sy in systems:
@@ -665,6 +689,10 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         "jobs_per_drain": {name: {str(w): n for w, n in per.items()}
                            for name, per in counts.items()},
         "calibration_jobs_per_s": calibration,
+        # Timed drains that still lasted less than min_seconds: "system W=w": seconds.
+        "short_drains": {f"{name} W={w}": r["seconds"] for name, per in runs.items()
+                         for w, rs in per.items() for r in rs
+                         if cfg.peer_seconds > 0 and r["seconds"] < cfg.peer_seconds},
         "workers": list(cfg.workers),
         "skipped": {k: v for k, v in missing.items() if v and k in cfg.peer_systems},
         "peers": {k: v for k, v in peer_info(modules).items() if k in names},

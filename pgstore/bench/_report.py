@@ -212,6 +212,10 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                         f"{peers['jobs']:,} jobs)", ["system"] + [f"W={w}" for w in ws],
                         [[name] + [f"{per.get(str(w), 0):,}" for w in ws]
                          for name, per in peers["jobs_per_drain"].items()]))
+        if peers.get("short_drains"):
+            out.append((f"Drains that still lasted under {peers['min_seconds']:g} s",
+                        ["system", "seconds"],
+                        [[k, f"{v:.1f}"] for k, v in peers["short_drains"].items()]))
         info = peers.get("peers") or {}
         if info:
             out.append(("The systems: versions and settings", ["system", "version", "settings"], [
