@@ -277,6 +277,8 @@ def test_quick_burst_dispatches_every_job_once_and_draws_the_chart(
     single = burst["systems"]["pgstore_single"]["runs"][0]["detail"]
     # Batched, or one job a call (counted from the first look after T: a few go uncounted).
     assert batch["lease_calls"] < 600 / 10 and single["lease_calls"] >= 600 * 0.9
+    # The due times were moved to T, and the tables vacuumed, before T.
+    assert batch["due_before_t_ms"] > 0 and single["due_before_t_ms"] > 0
     assert _positive(burst["batch_over"]["pgstore_single"]["median"])
     names = [t["name"] for t in doc["targets"]]
     assert any("T to last dispatch" in n for n in names)
@@ -310,6 +312,8 @@ def test_quick_burst_of_the_peers(pgstore_database: str, tmp_path: Path) -> None
         assert run["timeline"][-1][1] == 300, name
         assert 0 <= run["lateness_ms"]["p50"] <= run["lateness_ms"]["max"], name
         assert run["drain_s"] > 0, name
+        # Every system's due times moved to T, and its tables vacuumed, before T.
+        assert run["detail"]["due_before_t_ms"] > 0, name
     assert set(burst["batch_over"]) == measured - {"pgstore_batch"}
     text = (tmp_path / "results.md").read_text()
     for name in BURST_PEERS:
@@ -330,3 +334,65 @@ def test_a_burst_peer_that_cannot_run_is_reported_not_measured(
     assert set(burst["systems"]) == {"pgstore_batch"} and burst["all_checks_ok"]
     assert set(burst["skipped"]) == {"graphile-worker"}
     assert "| graphile-worker | not measured: " in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_peer_drains_are_scaled_to_peer_seconds_and_recorded(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """With ``--peer-seconds``, each system's drains take the job count its first, untimed
+    drain of ``--peer-jobs`` says lasts that long (``scaled_jobs``), and the counts and the
+    first drain's rate are recorded (speed itself is not asserted)."""
+    from pgstore.bench._common import Settings
+    from pgstore.bench._peers import scaled_jobs
+
+    doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "100",
+                 "--peer-seconds", "0.5", "--workers", "1",
+                 "--peer-systems", "pgstore,pgstore_batch", "--no-chart")
+    peers = doc["results"]["peers"]
+    assert peers["all_checks_ok"] and peers["min_seconds"] == 0.5
+    cfg = Settings(dsn="", out=tmp_path, peer_jobs=100, peer_seconds=0.5)
+    for name in ("pgstore", "pgstore_batch"):
+        rate = peers["calibration_jobs_per_s"][name]["1"]
+        jobs = peers["jobs_per_drain"][name]["1"]
+        assert rate > 0 and jobs == scaled_jobs(rate, cfg) >= 100, (name, rate, jobs)
+        (run,) = peers["systems"][name]["1"]["runs"]
+        assert run["jobs"] == jobs and run["finished_in_db"] == jobs
+        assert peers["unflushed"]["jobs_per_drain"][name] >= 100
+    assert "Jobs per drain" in (tmp_path / "results.md").read_text()
+    assert isinstance(peers["short_drains"], dict)
+
+
+def test_scaled_jobs_and_peer_seconds_bounds() -> None:
+    """A drain is sized for ``peer_seconds`` with the margin, in round steps, never below
+    ``peer_jobs``; a negative ``--peer-seconds`` is refused."""
+    from pgstore.bench import parser
+    from pgstore.bench._common import Settings
+    from pgstore.bench._peers import SCALE_MARGIN, SCALE_STEP, scaled_jobs
+
+    cfg = Settings(dsn="", out=Path("."), peer_jobs=20_000, peer_seconds=10.0)
+    assert scaled_jobs(10_000.0, cfg) >= 10_000 * 10 * SCALE_MARGIN
+    assert scaled_jobs(10_000.0, cfg) % SCALE_STEP == 0
+    assert scaled_jobs(100.0, cfg) == 20_000
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--peer-seconds", "-1"])
+    assert parser().parse_args(["--peer-seconds", "0"]).peer_seconds == 0.0
+
+
+def test_the_pgqueuer_loop_imports_pgqueuer_before_the_drain() -> None:
+    """Building pgqueuer's loop (before the worker reports ready) imports pgqueuer and
+    renders its dequeue statement; the drain itself has nothing left to import. (No
+    connection is touched until the drain: None stands in for it.)"""
+    if importlib.util.find_spec("pgqueuer") is None:
+        pytest.skip("pgqueuer is not installed (the bench extra: pip install -e '.[bench]')")
+    code = (
+        "import sys\n"
+        "from pgstore.bench._peers import _loop_pgqueuer\n"
+        "assert 'pgqueuer' not in sys.modules\n"
+        "drain = _loop_pgqueuer(None, 'peer_pgqueuer', 'me')\n"
+        "assert callable(drain), drain\n"
+        "assert 'pgqueuer.adapters.persistence.qb' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

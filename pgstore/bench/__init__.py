@@ -99,6 +99,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pgstore.bench",
@@ -115,7 +122,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-rows", type=_positive, help="big table rows (default 1000000)")
     p.add_argument("--scale-due", type=_positive,
                    help="small table rows / due jobs in the scale section (default 1000)")
-    p.add_argument("--peer-jobs", type=_positive, help="jobs per peer run (default 20000)")
+    p.add_argument("--peer-jobs", type=_positive,
+                   help="jobs per peer run, or of the first drain that sizes the runs when"
+                        " --peer-seconds is above 0 (default 20000)")
+    p.add_argument("--peer-seconds", type=_seconds,
+                   help="make every peer drain last at least this long: each system's job"
+                        " count at each W scaled from a first, untimed drain of --peer-jobs"
+                        " (default 10; 0 and --quick: every drain takes --peer-jobs jobs)")
     p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
     p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
     p.add_argument("--peer-systems", type=_systems,
@@ -152,11 +165,13 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.repeats, cfg.calls = 3, 12
         cfg.scale_rows, cfg.scale_due = 3_000, 200
         cfg.peer_jobs, cfg.peer_repeats, cfg.workers = 300, 1, (1, 2)
+        cfg.peer_seconds = 0.0
         cfg.hot_cycles, cfg.hot_schedules, cfg.wakeup_samples = 1_000, 100, 3
         cfg.retention_rows, cfg.retention_small = 5_000, 200
         cfg.stats_rows, cfg.stats_small = 5_000, 200
         cfg.burst_jobs, cfg.burst_workers = 2_000, 2
-    for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_repeats",
+    for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_seconds",
+                 "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems"):
         value = getattr(args, name)

@@ -12,17 +12,19 @@ database: every job dispatched exactly once (and no provider call made twice).
 
 A system is one function ``(BurstSpec) -> BurstResult``: it stores the jobs
 (not yet due), starts its workers through ``_run_workers``, which sets T a
-moment after every worker is up and waiting and makes the jobs due then, and
+moment after every worker is up and waiting and makes the jobs due then (one
+UPDATE, then ``VACUUM (ANALYZE)`` of the system's tables, all before T: ``make_due``
+says why), and
 returns what they recorded through ``burst_result``, which computes the
 figures the same way for everyone. ``BURST_SYSTEMS`` names them; a peer added to the
 benchmark adds its function there.
 
 * ``pgstore_batch``: W processes, each one ``Dispatcher`` on an
-  ``AsyncPgJobStore`` (``concurrency`` 1000, the default ``batch_size``, 500):
-  leases, marks and renews in batches.
+  ``AsyncPgJobStore`` over one connection (``concurrency`` 1000, the default
+  ``batch_size``, 500): leases, marks and renews in batches.
 * ``pgstore_single``: Dispatchers as they were before the batch calls: one
   lease and one mark per job (``batch_size=1``), the default ``concurrency``
-  (4).
+  (4), on one connection each too.
 * ``procrastinate``: W processes running its own fetch-job / finish-job loop
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), the jobs
   deferred with ``scheduled_at`` = T (the peers extra);
@@ -179,13 +181,47 @@ class Gate:
             time.sleep(0.005)
 
 
+def make_due(dsn: str, update: bytes, at_ms: int, tables: list[str],
+             options: str | None = None) -> None:
+    """Make a system's jobs due at ``at_ms`` (``update``, given it), then
+    ``VACUUM (ANALYZE)`` ``tables``, all before T.
+
+    Why the VACUUM: the jobs are stored with a due time far ahead and moved to T by one
+    mass UPDATE once T is known (every worker up and waiting). That UPDATE leaves a dead
+    row version, and a dead index entry, behind each job. A system whose pending index is
+    keyed on the due time (pgstore's) finds them sorted out of its way; one whose index is
+    not (pgqueuer's) steps over a dead version per job. A real top of the hour has no such
+    dead versions: its jobs were scheduled ahead of time with that due time, and
+    autovacuum had hours to tidy up behind any earlier changes. A VACUUM after the UPDATE
+    leaves each table in that state: every job live, with its final due time, and no dead
+    versions for any system to step over. (Inserting the jobs with their final due time
+    would model it as well, but T would have to be fixed before the fill, whose length
+    differs by system and machine, and before the workers start.)"""
+    kwargs: dict[str, Any] = {"options": options} if options else {}
+    with connect(dsn, **kwargs) as conn:
+        conn.execute(update, (at_ms,))
+        for table in tables:
+            conn.execute(f"VACUUM (ANALYZE) {table}".encode())
+
+
+def setup_ms(dsn: str, update: bytes, tables: list[str], options: str | None = None) -> int:
+    """Put the jobs off to NOT_YET (``make_due``, the UPDATE and VACUUM the burst makes
+    before T) and return how long it took (ms): T is set far enough ahead for the same
+    work to end before it."""
+    started = time.monotonic()
+    make_due(dsn, update, NOT_YET, tables, options)
+    return int((time.monotonic() - started) * 1000)
+
+
 def _run_workers(
-    target: Callable[..., None], spec: BurstSpec, due: Callable[[int], None], *args: Any
-) -> tuple[list[Any], float | None, BurstSpec]:
+    target: Callable[..., None], spec: BurstSpec, due: Callable[[int], None], lead_ms: int,
+    *args: Any
+) -> tuple[list[Any], float | None, BurstSpec, int]:
     """Start ``spec.workers`` processes of ``target(index, results, gate, *args)``; once
-    all are ready, set T a moment ahead, make the jobs due then (``due(T)``) and let them
-    go; collect one result each. Returns them, the server's CPU seconds from T until the
-    last result, and the spec with T."""
+    all are ready, set T ``lead_ms`` ahead, make the jobs due then (``due(T)``) and let
+    them go; collect one result each. Returns them, the server's CPU seconds from T until
+    the last result, the spec with T, and how long before T the jobs were due (ms: below
+    0, ``due`` ended after T)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     gate = Gate(ctx.Queue(), ctx.Event(), ctx.Value("q", 0))
@@ -195,8 +231,9 @@ def _run_workers(
         p.start()
     for _ in procs:
         gate.ready.get(timeout=600)
-    at_ms = _db_now_ms(spec.dsn) + LEAD_MS
+    at_ms = _db_now_ms(spec.dsn) + lead_ms
     due(at_ms)
+    margin = at_ms - _db_now_ms(spec.dsn)
     gate.at.value = at_ms
     gate.go.set()
     time.sleep(max(0.0, at_ms / 1000 - time.time()))
@@ -206,7 +243,13 @@ def _run_workers(
     for p in procs:
         p.join(timeout=60)
     cpu = None if before is None or after is None else after - before
-    return out, cpu, replace(spec, at_ms=at_ms)
+    return out, cpu, replace(spec, at_ms=at_ms), margin
+
+
+def lead(setup: int) -> int:
+    """How far ahead of now T is set, given the setup's UPDATE and VACUUM took ``setup``
+    ms: LEAD_MS, plus twice that, so that the same work before T ends before it."""
+    return LEAD_MS + 2 * setup
 
 
 # --- pgstore -----------------------------------------------------------------------------
@@ -249,7 +292,10 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
             return await super().mark_dispatched_many(*args)
 
     async def main() -> dict[str, Any]:
-        store = CountedStore(dsn, schema=schema)
+        # One connection, as every other system's worker has: the store's calls take
+        # turns on it, and so does the check for jobs left.
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        store = CountedStore(conn, schema=schema)
         d = Dispatcher(store, dispatch, holder=f"burst-{index}", concurrency=concurrency,
                        batch_size=batch_size, poll_interval=0.05, listen=False)
         runner = asyncio.ensure_future(d.run(handle_signals=False))
@@ -257,7 +303,6 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
         at_ms = await asyncio.to_thread(gate.wait_for_t, index)
         # Until T plus a while with nothing left: every worker stops once the database
         # says the burst is drained.
-        check = psycopg.connect(dsn, autocommit=True)
         left = (f"SELECT EXISTS (SELECT FROM {ident(schema)}.jobs"
                 f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
         idle_calls = None  # the lease calls of the polls before T
@@ -274,14 +319,14 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
                 # Idle: is any job left? Through the pending index, as a lease looks (a
                 # count(*) of the table every 50 ms in 8 workers was a third of the
                 # server's CPU in the burst).
-                row = await asyncio.to_thread(lambda: check.execute(left).fetchone())
+                row = await (await conn.execute(left)).fetchone()
                 if row is not None and not row[0]:
                     break
         finally:
-            check.close()
-        d.stop()
-        await runner
-        await store.close()
+            d.stop()
+            await runner
+            await store.close()
+            await conn.close()
         return {"lease_calls": store.lease_calls - (idle_calls or 0),
                 "mark_calls": store.mark_calls, "marks": store.marks,
                 "worker_cpu_s": time.process_time() - cpu_at_t}
@@ -303,15 +348,16 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int, concurrency: int
             conn.execute(  # the bulk of job_schedule_many calls, straight: the fill is not timed
                 f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'b-' || i, %s"
                 f" FROM generate_series(1, %s) i".encode(), (NOT_YET, spec.jobs))
-            conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+        update = f"UPDATE {s}.jobs SET dispatch_at = %s".encode()
+        took = setup_ms(spec.dsn, update, [f"{s}.jobs"])
+        with connect(spec.dsn) as conn:
             conn.execute(b"CHECKPOINT")
 
         def due(at_ms: int) -> None:
-            with connect(spec.dsn) as conn:
-                conn.execute(f"UPDATE {s}.jobs SET dispatch_at = %s".encode(), (at_ms,))
+            make_due(spec.dsn, update, at_ms, [f"{s}.jobs"])
 
-        out, server_cpu, spec = _run_workers(_pgstore_worker, spec, due, spec.dsn, schema,
-                                             batch_size, concurrency)
+        out, server_cpu, spec, margin = _run_workers(_pgstore_worker, spec, due, lead(took),
+                                                     spec.dsn, schema, batch_size, concurrency)
         with connect(spec.dsn) as conn:
             finished = [int(r[0]) for r in conn.execute(
                 f"SELECT finished_at FROM {s}.jobs WHERE dispatched".encode()).fetchall()]
@@ -322,6 +368,7 @@ def _pgstore_burst(spec: BurstSpec, name: str, batch_size: int, concurrency: int
     detail = {k: sum(st.get(k, 0) for _, st, _ in out) for k in ("lease_calls", "mark_calls",
                                                                    "marks", "worker_cpu_s")}
     detail["server_cpu_s"] = server_cpu
+    detail["due_before_t_ms"] = margin
     return burst_result(name, spec, [t for _, t in called], [r for r, _ in called], finished,
                         len(finished), [e for _, _, e in out if e], detail)
 
@@ -391,16 +438,19 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
                 " NULL, NULL, '{}'::jsonb, to_timestamp(%s / 1000.0))"
                 "::procrastinate_job_to_defer_v1 FROM generate_series(1, %s)))",
                 (NOT_YET, spec.jobs))
+        # Its triggers find their tables on the search_path.
+        update = (f"UPDATE {s}.procrastinate_jobs"
+                  f" SET scheduled_at = to_timestamp(%s / 1000.0)").encode()
+        tables, path = [f"{s}.procrastinate_jobs"], f"-c search_path={schema}"
+        took = setup_ms(spec.dsn, update, tables, path)
         with connect(spec.dsn) as conn:
-            conn.execute(f"VACUUM (ANALYZE) {s}.procrastinate_jobs".encode())
             conn.execute(b"CHECKPOINT")
-        def due(at_ms: int) -> None:  # its triggers find their tables on the search_path
-            with connect(spec.dsn, options=f"-c search_path={schema}") as conn:
-                conn.execute(f"UPDATE {s}.procrastinate_jobs"
-                             f" SET scheduled_at = to_timestamp(%s / 1000.0)".encode(), (at_ms,))
 
-        out, server_cpu, spec = _run_workers(_procrastinate_worker, spec, due, spec.dsn,
-                                             schema)
+        def due(at_ms: int) -> None:
+            make_due(spec.dsn, update, at_ms, tables, path)
+
+        out, server_cpu, spec, margin = _run_workers(_procrastinate_worker, spec, due,
+                                                     lead(took), spec.dsn, schema)
         with connect(spec.dsn) as conn:
             # When each job's succeeded event was written: its finish.
             finished = [int(r[0]) for r in conn.execute(
@@ -418,7 +468,7 @@ def burst_procrastinate(spec: BurstSpec) -> BurstResult:
                         [str(j) for j, _ in called], finished, succeeded,
                         [e for _, _, e in out if e],
                         {"worker_cpu_s": sum(st.get("worker_cpu_s", 0) for _, st, _ in out),
-                         "server_cpu_s": server_cpu})
+                         "server_cpu_s": server_cpu, "due_before_t_ms": margin})
 
 
 # --- pgqueuer ------------------------------------------------------------------------------
@@ -430,7 +480,9 @@ def _pgqueuer_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str
     called: list[tuple[int, int]] = []
     try:
         loop = PgqueuerLoop(schema)
+        loop.warm_up()
         with connect(dsn) as conn:
+            conn.execute("SELECT 1").fetchall()
             gate.wait_until_t(index)
             cpu_at_t = time.process_time()
             empty = 0
@@ -460,19 +512,17 @@ def burst_pgqueuer(spec: BurstSpec) -> BurstResult:
     system.install()
     try:
         system.fill(spec.jobs)  # due now: put off until T before any worker starts
+        update = (f"UPDATE {s}.pgqueuer SET execute_after = to_timestamp(%s / 1000.0)"
+                  .encode())
+        took = setup_ms(spec.dsn, update, [f"{s}.pgqueuer"])
         with connect(spec.dsn) as conn:
-            conn.execute(f"UPDATE {s}.pgqueuer SET execute_after = to_timestamp(%s / 1000.0)"
-                         .encode(), (NOT_YET,))
-            conn.execute(f"VACUUM (ANALYZE) {s}.pgqueuer".encode())
             conn.execute(b"CHECKPOINT")
 
         def due(at_ms: int) -> None:
-            with connect(spec.dsn) as conn:
-                conn.execute(f"UPDATE {s}.pgqueuer SET execute_after = to_timestamp(%s / 1000.0)"
-                             .encode(), (at_ms,))
+            make_due(spec.dsn, update, at_ms, [f"{s}.pgqueuer"])
 
-        out, server_cpu, spec = _run_workers(_pgqueuer_worker, spec, due, spec.dsn,
-                                             system.schema)
+        out, server_cpu, spec, margin = _run_workers(_pgqueuer_worker, spec, due, lead(took),
+                                                     spec.dsn, system.schema)
         with connect(spec.dsn) as conn:
             # When each job's ack (its 'successful' log row) was written.
             finished = [int(r[0]) for r in conn.execute(
@@ -485,7 +535,7 @@ def burst_pgqueuer(spec: BurstSpec) -> BurstResult:
     return burst_result("pgqueuer", spec, [t for _, t in called], [str(j) for j, _ in called],
                         finished, succeeded, [e for _, _, e in out if e],
                         {"worker_cpu_s": sum(st.get("worker_cpu_s", 0) for _, st, _ in out),
-                         "server_cpu_s": server_cpu})
+                         "server_cpu_s": server_cpu, "due_before_t_ms": margin})
 
 
 # --- graphile-worker and pg-boss (node) ----------------------------------------------------
@@ -513,14 +563,13 @@ def _node_burst(spec: BurstSpec, name: str) -> BurstResult:
     try:
         system.fill(spec.jobs)
         put_off = f"UPDATE {s}.{table} SET {column} = to_timestamp(%s / 1000.0)".encode()
+        took = setup_ms(spec.dsn, put_off, [f"{s}.{table}"])
         with connect(spec.dsn) as conn:
-            conn.execute(put_off, (NOT_YET,))
-            conn.execute(f"VACUUM (ANALYZE) {s}.{table}".encode())
             conn.execute(b"CHECKPOINT")
         procs = system.start_workers(spec.workers, False)
-        at_ms = _db_now_ms(spec.dsn) + LEAD_MS
-        with connect(spec.dsn) as conn:
-            conn.execute(put_off, (at_ms,))
+        at_ms = _db_now_ms(spec.dsn) + lead(took)
+        make_due(spec.dsn, put_off, at_ms, [f"{s}.{table}"])
+        margin = at_ms - _db_now_ms(spec.dsn)
         spec = replace(spec, at_ms=at_ms)
         time.sleep(max(0.0, at_ms / 1000 - time.time()))
         before = server_cpu_s(spec.dsn)
@@ -543,7 +592,8 @@ def _node_burst(spec: BurstSpec, name: str) -> BurstResult:
         system.drop()
     cpu = None if before is None or after is None else after - before
     return burst_result(name, spec, [c for _, c in called], [j for j, _ in called], finished,
-                        done, [e for _, e in answers if e], {"server_cpu_s": cpu})
+                        done, [e for _, e in answers if e],
+                        {"server_cpu_s": cpu, "due_before_t_ms": margin})
 
 
 def burst_graphile_worker(spec: BurstSpec) -> BurstResult:

@@ -45,6 +45,9 @@ class Settings:
     scale_rows: int = 1_000_000
     scale_due: int = 1_000
     peer_jobs: int = 20_000
+    #: Each peer drain lasts at least this long (s): its job count scaled from a first
+    #: drain of ``peer_jobs``; 0: every drain takes ``peer_jobs`` jobs.
+    peer_seconds: float = 10.0
     peer_repeats: int = 1
     workers: tuple[int, ...] = (1, 2, 4, 8)
     peer_systems: tuple[str, ...] = ("pgstore", "pgstore_batch", "pgstore_unprepared",

@@ -1,9 +1,16 @@
 """Section 4: the lease -> mark-dispatched loop against four peers.
 
 Every system runs the same loop shape: W worker processes, one autocommit
-connection each, taking one job and finishing it, over ``peer_jobs`` due
-jobs, until the queue is empty. All run on the same server in the same run,
-in their own schemas, installed by their own code:
+connection each, taking one job and finishing it, over the due jobs, until the
+queue is empty. Every worker imports, connects and builds (and warms up) all it
+needs before it reports ready; the drain is timed from the go signal, which
+comes once every worker is ready. Each drain takes enough jobs to last at least
+``peer_seconds`` (10 s by default): the count is scaled per system and W from a
+first, untimed drain of ``peer_jobs`` jobs, or of a larger one where that was
+too short to tell (``calibrate``, ``scaled_jobs``), and recorded in the results
+(with any drain that still came out shorter); with ``peer_seconds`` 0
+(``--quick``) every drain takes ``peer_jobs``. All run on the same server in
+the same run, in their own schemas, installed by their own code:
 
 * pgstore: ``PgJobStore.lease`` then ``PgJobStore.mark_dispatched`` (the sync
   wrapper over the worker's connection) as built by default (``prepare=None``:
@@ -11,10 +18,11 @@ in their own schemas, installed by their own code:
   ``prepare=False``; and, optionally, the same two functions straight from SQL
   (psycopg's default, which prepares a statement from its fifth run). One job
   per lease; ``pgstore_batch``, the batched path: one ``Dispatcher`` per worker process
-  on an ``AsyncPgJobStore`` (its default ``batch_size``, 500, ``concurrency`` 1000, as in
-  the burst), whose leases, marks and renews carry up to ``batch_size`` jobs a call; a
-  job is recorded by its provider call (no event subscriber) and the worker is done when
-  its Dispatcher is idle and the database holds no job left;
+  on an ``AsyncPgJobStore`` over the worker's one connection (its default
+  ``batch_size``, 500, ``concurrency`` 1000, as in the burst), whose leases, marks and
+  renews carry up to ``batch_size`` jobs a call; a job is recorded by its provider
+  call (no event subscriber) and the worker is done when its Dispatcher is idle and
+  the database holds no job left;
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -32,7 +40,8 @@ every job was seen, and that every job ended finished in the database (and,
 for the peers that delete finished jobs, that none is left). While a run goes, a sampler
 reads the wait events of the workers' backends from ``pg_stat_activity``.
 
-Last, each system drains half as many jobs once more at the largest W with its
+Last, each system drains once more at the largest W (as many jobs as its first unflushed
+drain says last ``peer_seconds``; half of ``peer_jobs`` when that is 0) with its
 sessions' ``synchronous_commit = off``: commits no longer wait for the WAL flush, so the
 loop is bound by CPU alone (the workers' and the server's), and the ratio
 between systems is what their per-job work costs, without the flushes that
@@ -46,17 +55,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import importlib
+import math
 import multiprocessing as mp
 import os
 import statistics
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import RawCursor
 
 from pgstore.bench._common import (
     Conn,
@@ -110,54 +122,69 @@ def peers_available() -> dict[str, str | None]:
 
 def _loop_pgstore(
     conn: Conn, schema: str, me: str, prepare: bool | None = None
-) -> tuple[list[Any], int]:
+) -> Callable[[], tuple[list[Any], int]]:
     from pgstore.postgres.jobs import PgJobStore
 
     store = PgJobStore(conn, schema=schema, prepare=prepare)
-    got: list[Any] = []
-    last = time.monotonic_ns()
-    empty = 0
-    while empty < EMPTY_RETRIES:
-        job = store.lease(me, None, 30_000)
-        if job is None:
-            empty += 1
-            time.sleep(0.002)
-            continue
-        empty = 0
-        mark = store.mark_dispatched(job.run_id, me, me)
-        assert mark.recorded and not mark.cancelled
-        got.append(job.run_id)
+
+    def drain() -> tuple[list[Any], int]:
+        got: list[Any] = []
         last = time.monotonic_ns()
-    return got, last
+        empty = 0
+        while empty < EMPTY_RETRIES:
+            job = store.lease(me, None, 30_000)
+            if job is None:
+                empty += 1
+                time.sleep(0.002)
+                continue
+            empty = 0
+            mark = store.mark_dispatched(job.run_id, me, me)
+            assert mark.recorded and not mark.cancelled
+            got.append(job.run_id)
+            last = time.monotonic_ns()
+        return got, last
+
+    return drain
 
 
-def _loop_pgstore_sql(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+def _loop_pgstore_sql(conn: Conn, schema: str, me: str) -> Callable[[], tuple[list[Any], int]]:
     s = ident(schema)
     lease = f"SELECT run_id FROM {s}.job_lease(%s, NULL, 30000)"
     mark = f"SELECT recorded FROM {s}.job_mark_dispatched(%s, %s, %s)"
-    got: list[Any] = []
-    last = time.monotonic_ns()
-    empty = 0
-    while empty < EMPTY_RETRIES:
-        row = conn.execute(lease, (me,)).fetchone()
-        if row is None:
-            empty += 1
-            time.sleep(0.002)
-            continue
-        empty = 0
-        done = conn.execute(mark, (row[0], me, me)).fetchone()
-        assert done is not None and done[0]
-        got.append(row[0])
+
+    def drain() -> tuple[list[Any], int]:
+        got: list[Any] = []
         last = time.monotonic_ns()
-    return got, last
+        empty = 0
+        while empty < EMPTY_RETRIES:
+            row = conn.execute(lease, (me,)).fetchone()
+            if row is None:
+                empty += 1
+                time.sleep(0.002)
+                continue
+            empty = 0
+            done = conn.execute(mark, (row[0], me, me)).fetchone()
+            assert done is not None and done[0]
+            got.append(row[0])
+            last = time.monotonic_ns()
+        return got, last
+
+    return drain
 
 
-def _loop_pgstore_batch(dsn: str, schema: str, me: str) -> tuple[list[Any], int]:
-    """One Dispatcher (the default ``batch_size``) until the database holds no job left
-    to dispatch; the run ids it dispatched, and when it was done (its last mark
-    committed). The jobs are recorded by the provider call, as every peer's loop records
-    its own, with no event subscriber (which would have the Dispatcher build four events
-    a job): that each job was dispatched once is checked in the database after the drain.
+def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
+                        wait_for_go: Callable[[], None]) -> tuple[list[Any], int]:
+    """One Dispatcher (the default ``batch_size``) on one connection, until the database
+    holds no job left to dispatch; the run ids it dispatched, and when it was done (its
+    last mark committed). Before ``wait_for_go`` (which reports the worker ready and waits
+    for the go signal) it imports, connects (``kwargs``: the session's options), builds
+    its store and Dispatcher and makes a first round trip, as every other worker does
+    before it reports ready; its Dispatcher starts at the signal. The store, and the
+    check for jobs left, share that one connection (the store's calls take turns on it),
+    as every other system's worker runs on one. The jobs are recorded by the provider
+    call, as every peer's loop records its own, with no event subscriber (which would have
+    the Dispatcher build four events a job): that each job was dispatched once is checked
+    in the database after the drain.
     """
     from pgstore.models import Job
     from pgstore.postgres.jobs import AsyncPgJobStore
@@ -173,51 +200,61 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str) -> tuple[list[Any], int]
             f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
 
     async def main() -> int:
-        store = AsyncPgJobStore(dsn, schema=schema)
-        d = Dispatcher(store, dispatch, holder=me, concurrency=BATCH_CONCURRENCY,
-                       poll_interval=0.002, listen=False)
-        runner = asyncio.ensure_future(d.run(handle_signals=False))
-        check = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
         try:
-            while True:
-                await asyncio.sleep(0.002)
-                if d.running:
-                    continue
-                # Idle: is any job left? (Through the pending index, as a lease looks.)
-                done = time.monotonic_ns()
-                row = await (await check.execute(left)).fetchone()
-                if row is not None and not row[0] and d.running == 0:
-                    return done
+            store = AsyncPgJobStore(conn, schema=schema)
+            d = Dispatcher(store, dispatch, holder=me, concurrency=BATCH_CONCURRENCY,
+                           poll_interval=0.002, listen=False)
+            await (await conn.execute(b"SELECT 1")).fetchall()
+            await asyncio.to_thread(wait_for_go)
+            runner = asyncio.ensure_future(d.run(handle_signals=False))
+            try:
+                while True:
+                    await asyncio.sleep(0.002)
+                    if d.running:
+                        continue
+                    # Idle: is any job left? (Through the pending index, as a lease looks.)
+                    done = time.monotonic_ns()
+                    row = await (await conn.execute(left)).fetchone()
+                    if row is not None and not row[0] and d.running == 0:
+                        return done
+            finally:
+                d.stop()
+                await runner
+                await store.close()
         finally:
-            await check.close()
-            d.stop()
-            await runner
-            await store.close()
+            await conn.close()
 
     last = asyncio.run(main())
     return got, last
 
 
-def _loop_procrastinate(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+def _loop_procrastinate(conn: Conn, schema: str, me: str
+                        ) -> Callable[[], tuple[list[Any], int]]:
     queries = _module("procrastinate.sql").queries
     row = conn.execute("SELECT worker_id FROM procrastinate_register_worker_v1()").fetchone()
     assert row is not None
     worker_id = row[0]
     fetch, finish = queries["fetch_job"], queries["finish_job"]
-    got: list[Any] = []
-    last = time.monotonic_ns()
-    empty = 0
-    while empty < EMPTY_RETRIES:
-        job = conn.execute(fetch, {"queues": None, "worker_id": worker_id}).fetchone()
-        if job is None or job[0] is None:  # the function returns an all-NULL row
-            empty += 1
-            time.sleep(0.002)
-            continue
-        empty = 0
-        conn.execute(finish, {"job_id": job[0], "status": "succeeded", "delete_job": False})
-        got.append(job[0])
+
+    def drain() -> tuple[list[Any], int]:
+        got: list[Any] = []
         last = time.monotonic_ns()
-    return got, last
+        empty = 0
+        while empty < EMPTY_RETRIES:
+            job = conn.execute(fetch, {"queues": None, "worker_id": worker_id}).fetchone()
+            if job is None or job[0] is None:  # the function returns an all-NULL row
+                empty += 1
+                time.sleep(0.002)
+                continue
+            empty = 0
+            conn.execute(finish, {"job_id": job[0], "status": "succeeded",
+                                  "delete_job": False})
+            got.append(job[0])
+            last = time.monotonic_ns()
+        return got, last
+
+    return drain
 
 
 class PgqueuerLoop:
@@ -231,47 +268,59 @@ class PgqueuerLoop:
         self.manager, self.batch = uuid.uuid4(), pgqueuer_batch()
         self.log_sql = self.qbq.build_log_job_query()
 
-    def dequeue(self, conn: Conn) -> list[int]:
-        """Up to ``batch`` job ids, taken."""
-        from psycopg import RawCursor
+    def warm_up(self) -> None:
+        """Render the dequeue statement once (pgqueuer caches its text), before the drain."""
+        self._query()
 
-        # pgqueuer rebuilds its dequeue statement every iteration too (the text is cached).
-        query = self.qbq.build_dequeue_query(
+    def _query(self) -> Any:
+        return self.qbq.build_dequeue_query(
             batch_size=self.batch, entrypoints=["bench"], concurrency_limits=[0],
             queue_manager_id=self.manager, global_concurrency_limit=None,
             heartbeat_timeout=timedelta(seconds=30),
         )
+
+    def dequeue(self, conn: Conn) -> list[int]:
+        """Up to ``batch`` job ids, taken."""
+        # pgqueuer rebuilds its dequeue statement every iteration too (the text is cached).
+        query = self._query()
         cur = RawCursor(conn)
         cur.execute(query.sql, query.args)
         return [int(row[0]) for row in cur.fetchall()]
 
     def ack(self, conn: Conn, ids: list[int]) -> None:
         """The batch logged successful, in one statement."""
-        from psycopg import RawCursor
-
         RawCursor(conn).execute(self.log_sql,
                                 (ids, ["successful"] * len(ids), [None] * len(ids)))
 
 
-def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> tuple[list[Any], int]:
+def _loop_pgqueuer(conn: Conn, schema: str, me: str) -> Callable[[], tuple[list[Any], int]]:
     loop = PgqueuerLoop(schema)
-    got: list[Any] = []
-    last = time.monotonic_ns()
-    empty = 0
-    while empty < EMPTY_RETRIES:
-        ids = loop.dequeue(conn)
-        if not ids:
-            empty += 1
-            time.sleep(0.002)
-            continue
-        empty = 0
-        loop.ack(conn, ids)
-        got.extend(ids)
+    loop.warm_up()
+
+    def drain() -> tuple[list[Any], int]:
+        got: list[Any] = []
         last = time.monotonic_ns()
-    return got, last
+        empty = 0
+        while empty < EMPTY_RETRIES:
+            ids = loop.dequeue(conn)
+            if not ids:
+                empty += 1
+                time.sleep(0.002)
+                continue
+            empty = 0
+            loop.ack(conn, ids)
+            got.extend(ids)
+            last = time.monotonic_ns()
+        return got, last
+
+    return drain
 
 
-LOOPS = {
+#: Each Python system's loop: given the worker's connection, its schema and its name, it
+#: imports, builds and warms up all it needs, then returns the drain itself, which the
+#: worker calls at the go signal (the drain returns the job ids it took and when it took
+#: its last). Nothing a system needs is imported or built after the signal.
+LOOPS: dict[str, Callable[[Conn, str, str], Callable[[], tuple[list[Any], int]]]] = {
     "pgstore": _loop_pgstore,
     "pgstore_unprepared": lambda conn, schema, me: _loop_pgstore(conn, schema, me, prepare=False),
     "pgstore_sql": _loop_pgstore_sql,
@@ -282,7 +331,18 @@ LOOPS = {
 
 def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
             results: Any, unflushed: bool) -> None:
+    """One worker process: it connects, imports and builds all its system needs (its loop
+    from ``LOOPS``, or its Dispatcher), then reports ready and waits for the go signal,
+    so that the timed drain holds the draining alone."""
     me = f"bench-{system}-{index}"
+    said_ready = False
+
+    def wait_for_go() -> None:
+        nonlocal said_ready
+        ready.put(index)
+        said_ready = True
+        go.wait()
+
     try:
         options = [f"-c search_path={schema}"] if system == "procrastinate" else []
         if unflushed:
@@ -290,17 +350,18 @@ def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
         kwargs: dict[str, Any] = {"application_name": f"bench-{system}"}
         if options:
             kwargs["options"] = " ".join(options)
-        with connect(dsn, **kwargs) as conn:
-            conn.execute("SELECT 1").fetchall()
-            ready.put(index)
-            go.wait()
-            if system == "pgstore_batch":  # its own connections, through its store
-                got, last = _loop_pgstore_batch(dsn, schema, me)
-            else:
-                got, last = LOOPS[system](conn, schema, me)
+        if system == "pgstore_batch":  # asyncio: its one connection, through its store
+            got, last = _loop_pgstore_batch(dsn, schema, me, kwargs, wait_for_go)
+        else:
+            with connect(dsn, **kwargs) as conn:
+                conn.execute("SELECT 1").fetchall()
+                drain = LOOPS[system](conn, schema, me)
+                wait_for_go()
+                got, last = drain()
         results.put((index, got, last, None))
     except BaseException as exc:  # reported to the parent, which fails the run
-        ready.put(index)
+        if not said_ready:
+            ready.put(index)
         results.put((index, [], 0, f"{type(exc).__name__}: {exc}"))
 
 
@@ -528,6 +589,42 @@ def peer_info(modules: Path | None) -> dict[str, dict[str, Any]]:
     return info
 
 
+#: The margin over ``peer_seconds`` a scaled drain is sized for (a rate measured over a
+#: short drain is not the rate over a long one), and the round number of jobs it is sized in.
+SCALE_MARGIN = 1.25
+SCALE_STEP = 1_000
+
+
+def scaled_jobs(jobs_per_s: float, cfg: Settings) -> int:
+    """The jobs a drain at ``jobs_per_s`` takes to last ``cfg.peer_seconds`` with
+    SCALE_MARGIN, in SCALE_STEPs, never fewer than ``cfg.peer_jobs``."""
+    want = math.ceil(jobs_per_s * cfg.peer_seconds * SCALE_MARGIN / SCALE_STEP) * SCALE_STEP
+    return max(cfg.peer_jobs, want)
+
+
+#: Untimed calibration drains per system and W at most (``calibrate``).
+CALIBRATION_DRAINS = 3
+
+
+def calibrate(system: System | NodeSystem, workers: int, cfg: Settings,
+              unflushed: bool = False) -> float:
+    """The rate (jobs/s) to size ``system``'s drains at ``workers`` by: that of an untimed
+    drain of ``cfg.peer_jobs``, or, while such a drain lasts less than half of
+    ``cfg.peer_seconds`` (where a worker's start and the last stragglers still weigh
+    much, and the rate comes out low: graphile-worker drained 5,000 jobs at W = 2 at
+    less than half its rate over 133,000), of one more drain sized from it, up to
+    CALIBRATION_DRAINS."""
+    jobs = cfg.peer_jobs
+    rate = 0.0
+    for _ in range(CALIBRATION_DRAINS):
+        r = run_once(system, workers, jobs, unflushed=unflushed)
+        rate = r["jobs_per_s"]
+        if r["seconds"] >= cfg.peer_seconds / 2:
+            break
+        jobs = max(scaled_jobs(rate, cfg), 2 * jobs)
+    return rate
+
+
 def run_peers(cfg: Settings) -> dict[str, Any]:
     missing = peers_available()
     modules: Path | None = None
@@ -547,26 +644,55 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         sy.name: {w: [] for w in cfg.workers} for sy in systems
     }
+    top = max(cfg.workers)
+    # How many jobs each drain takes: ``peer_jobs``, or, with ``peer_seconds`` set, as
+    # many as the system drains in that long at its rate in a first, untimed drain of
+    # ``peer_jobs`` at that W (and the same for the unflushed drain), with a margin, so
+    # that what a worker does once, after the go signal, weighs little in any drain.
+    counts = {sy.name: {w: cfg.peer_jobs for w in cfg.workers} for sy in systems}
+    unflushed_counts = {sy.name: max(cfg.peer_jobs // 2, 1) for sy in systems}
+    calibration: dict[str, dict[str, float]] = {sy.name: {} for sy in systems}
     try:
+        if cfg.peer_seconds > 0:
+            for sy in systems:
+                for w in cfg.workers:
+                    rate = calibrate(sy, w, cfg)
+                    calibration[sy.name][str(w)] = round(rate, 1)
+                    counts[sy.name][w] = scaled_jobs(rate, cfg)
+                    cfg.log(f"  peers: calibration W={w} {sy.name}: {rate:.0f}"
+                            f" jobs/s -> {counts[sy.name][w]:,} jobs a drain")
+                rate = calibrate(sy, top, cfg, unflushed=True)
+                calibration[sy.name]["unflushed"] = round(rate, 1)
+                unflushed_counts[sy.name] = scaled_jobs(rate, cfg)
         for rep in range(cfg.peer_repeats):
             for w in cfg.workers:
                 for sy in systems:
-                    r = run_once(sy, w, cfg.peer_jobs)
+                    r = run_once(sy, w, counts[sy.name][w])
                     runs[sy.name][w].append(r)
                     cfg.log(f"  peers: repeat {rep + 1} W={w} {sy.name}: "
-                            f"{r['jobs_per_s']:.0f} jobs/s{'' if r['ok'] else '  CHECK FAILED'}")
-        top = max(cfg.workers)
-        half = max(cfg.peer_jobs // 2, 1)  # a ratio of rates: half the jobs will do
-        unflushed = {sy.name: run_once(sy, top, half, unflushed=True) for sy in systems}
+                            f"{r['jobs_per_s']:.0f} jobs/s over {r['jobs']:,} jobs in"
+                            f" {r['seconds']:.1f} s{'' if r['ok'] else '  CHECK FAILED'}")
+        # Without peer_seconds, a ratio of rates: half the jobs will do.
+        unflushed = {sy.name: run_once(sy, top, unflushed_counts[sy.name], unflushed=True)
+                     for sy in systems}
         for name, r in unflushed.items():
             cfg.log(f"  peers: W={top} {name}, synchronous_commit off: "
-                    f"{r['jobs_per_s']:.0f} jobs/s{'' if r['ok'] else '  CHECK FAILED'}")
+                    f"{r['jobs_per_s']:.0f} jobs/s over {r['jobs']:,} jobs in"
+                    f" {r['seconds']:.1f} s{'' if r['ok'] else '  CHECK FAILED'}")
     finally:
         for sy in systems:
             sy.drop()
     result: dict[str, Any] = {
         "unit": "jobs/s",
         "jobs": cfg.peer_jobs,
+        "min_seconds": cfg.peer_seconds,
+        "jobs_per_drain": {name: {str(w): n for w, n in per.items()}
+                           for name, per in counts.items()},
+        "calibration_jobs_per_s": calibration,
+        # Timed drains that still lasted less than min_seconds: "system W=w": seconds.
+        "short_drains": {f"{name} W={w}": r["seconds"] for name, per in runs.items()
+                         for w, rs in per.items() for r in rs
+                         if cfg.peer_seconds > 0 and r["seconds"] < cfg.peer_seconds},
         "workers": list(cfg.workers),
         "skipped": {k: v for k, v in missing.items() if v and k in cfg.peer_systems},
         "peers": {k: v for k, v in peer_info(modules).items() if k in names},
@@ -575,7 +701,8 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         and all(r["ok"] for r in unflushed.values()),
         "unflushed": {
             "workers": top,
-            "jobs": half,
+            "jobs": max(unflushed_counts.values(), default=0),
+            "jobs_per_drain": unflushed_counts,
             "note": "one drain per system with synchronous_commit = off: CPU-bound",
             "systems": {name: r for name, r in unflushed.items()},
             "over": {

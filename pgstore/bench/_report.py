@@ -202,8 +202,20 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         for mine, over in peers.get("over", {}).items():
             for peer, per in over.items():
                 rows.append([f"{mine} / {peer}"] + [_x(per[str(w)]["ratio"]) for w in ws])
-        out.append((f"Lease → mark dispatched, jobs/s over {peers['jobs']:,} jobs",
+        scaled = peers.get("min_seconds") and peers.get("jobs_per_drain")
+        over = (f"drains of at least {peers['min_seconds']:g} s (job counts below)" if scaled
+                else f"{peers['jobs']:,} jobs")
+        out.append((f"Lease → mark dispatched, jobs/s over {over}",
                     ["system"] + [f"W={w}" for w in ws], rows))
+        if scaled:
+            out.append(("Jobs per drain (scaled from a first, untimed drain of "
+                        f"{peers['jobs']:,} jobs)", ["system"] + [f"W={w}" for w in ws],
+                        [[name] + [f"{per.get(str(w), 0):,}" for w in ws]
+                         for name, per in peers["jobs_per_drain"].items()]))
+        if peers.get("short_drains"):
+            out.append((f"Drains that still lasted under {peers['min_seconds']:g} s",
+                        ["system", "seconds"],
+                        [[k, f"{v:.1f}"] for k, v in peers["short_drains"].items()]))
         info = peers.get("peers") or {}
         if info:
             out.append(("The systems: versions and settings", ["system", "version", "settings"], [
@@ -220,7 +232,8 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                      for mine, over in unflushed["over"].items() for peer, ratio in over.items()]
             out.append((f"The same loop at W={unflushed['workers']} with synchronous_commit off"
                         f" over {unflushed.get('jobs', peers['jobs']):,} jobs"
-                        " (no flush waits: CPU-bound, one run each)",
+                        + (" at most" if unflushed.get("jobs_per_drain") else "")
+                        + " (no flush waits: CPU-bound, one run each)",
                         ["system", "jobs/s", "ratio"], rows))
     scale = results.get("scale")
     if scale:
@@ -386,7 +399,9 @@ def render_markdown(blocks: list[tuple[str, list[str], list[list[str]]]],
         end = m.get("loadavg_end") or [None]
         out.append(
             f"\nSizes: {st['calls']} calls per repeat; scale {st['scale_rows']:,} rows against "
-            f"{st['scale_due']:,}; peer loop {st['peer_jobs']:,} jobs per run, W = "
+            f"{st['scale_due']:,}; peer loop {st['peer_jobs']:,} jobs per run"
+            + (f" (scaled to drains of at least {st['peer_seconds']:g} s)"
+               if st.get("peer_seconds") else "") + ", W = "
             f"{', '.join(str(w) for w in st['workers'])}; HOT {st['hot_cycles']:,} cycles; "
             f"{st['wakeup_samples']} wake-up samples; retention {st['retention_rows']:,} "
             f"finished jobs; burst {st['burst_jobs']:,} jobs, W = {st['burst_workers']}, "
@@ -444,7 +459,9 @@ def chart(results: dict[str, Any], meta: dict[str, Any], path: Path) -> str | No
         ax.set_xticks(ws, [str(w) for w in ws])
         ax.set_xlabel("worker processes W")
         ax.set_ylabel("jobs/s (lease → mark dispatched)")
-        ax.set_title(f"Lease → dispatch loop, {peers['jobs']:,} jobs")
+        ax.set_title("Lease → dispatch loop, " + (
+            f"drains of at least {peers['min_seconds']:g} s" if peers.get("min_seconds")
+            else f"{peers['jobs']:,} jobs"))
         ax.legend(fontsize=8)
         ax.set_ylim(bottom=0)
     else:

@@ -107,8 +107,11 @@ async function workGraphile(schema, settings) {
   const { runOnce } = need("graphile-worker");
   // Its own pool: the worker's job fetches and its batched completions.
   const pgPool = pool(settings.maxPoolSize);
-  const client = await pgPool.connect(); // open one connection before "ready"
-  client.release();
+  // Open every connection of its pool before "ready" (the Python workers connect
+  // before it too): none is opened inside the timed drain.
+  const clients = await Promise.all(
+    Array.from({ length: settings.maxPoolSize }, () => pgPool.connect()));
+  for (const client of clients) client.release();
   const got = [];
   const calls = [];
   let last = now();
