@@ -28,10 +28,9 @@ from pgstore import (
     PgJobStore,
     PgScheduleStore,
 )
-from pgstore.cli.commands import main
 from pgstore.cli.fence import fence_text
+from tests.support.cli_support import Run, clean_environment, in_process
 
-Run = Callable[..., tuple[int, str, str]]
 BAND = 2**40
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 SCHEMA = "cli_fence"
@@ -39,16 +38,8 @@ SCHEMA = "cli_fence"
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    monkeypatch.delenv("PGSTORE_DSN", raising=False)
-    monkeypatch.delenv("PGSTORE_SCHEMA", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(argv))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return run
+    clean_environment(monkeypatch)
+    return in_process(capsys)
 
 
 @pytest.fixture

@@ -8,26 +8,17 @@ import psycopg
 import pytest
 
 from pgstore import PgJobStore
-from pgstore.cli.commands import main
 from pgstore.cli.purge import age_ms, batch_size
+from tests.support.cli_support import Run, clean_environment, in_process
 
-Run = Callable[..., tuple[int, str, str]]
 DAY = 86_400_000
 BAD_DSN = "host=127.0.0.1 port=1 user=nobody dbname=nothing connect_timeout=5"
 
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
-    monkeypatch.delenv("PGSTORE_DSN", raising=False)
-    monkeypatch.delenv("PGSTORE_SCHEMA", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(argv))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return run
+    clean_environment(monkeypatch)
+    return in_process(capsys)
 
 
 @pytest.mark.parametrize(

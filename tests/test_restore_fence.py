@@ -41,7 +41,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgstore.cli.commands import main
 from pgstore.testing import install_schema
 from pgstore.testing_ha import (
     Node,
@@ -50,6 +49,7 @@ from pgstore.testing_ha import (
     server_directory,
     wait_for,
 )
+from tests.support.cli_support import Run, clean_environment, in_process
 
 #: One pytest-xdist worker runs every rig (``--dist loadgroup``), one at a time.
 pytestmark = [pytest.mark.xdist_group("ha"), pytest.mark.slow]
@@ -163,23 +163,14 @@ def _peek(node: Node) -> tuple[int, int]:
     return answer
 
 
-def _fence(node: Node, cli: Callable[..., tuple[int, str, str]]) -> tuple[int, str, str]:
+def _fence(node: Node, cli: Run) -> tuple[int, str, str]:
     return cli("fence", "--after-restore", "--dsn", node.dsn, "--schema", SCHEMA)
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-        ) -> Callable[..., tuple[int, str, str]]:
-    monkeypatch.delenv("PGSTORE_DSN", raising=False)
-    monkeypatch.delenv("PGSTORE_SCHEMA", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        status = main(list(argv))
-        out, err = capsys.readouterr()
-        return status, out, err
-
-    return run
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
+    clean_environment(monkeypatch)
+    return in_process(capsys)
 
 
 @contextmanager
@@ -192,7 +183,7 @@ def _reporting(kind: str) -> Iterator[Callable[[str], None]]:
 
 
 def _check_fenced(kind: str, restored: Node, acknowledged: list[tuple[int, int]],
-                  unfenced: tuple[int, int], cli: Callable[..., tuple[int, str, str]]) -> None:
+                  unfenced: tuple[int, int], cli: Run) -> None:
     """The fence on ``restored``, then one claim and lease: both above every token and
     lease sequence of ``acknowledged``."""
     top_token = max(t for t, _ in acknowledged)
