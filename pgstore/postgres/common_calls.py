@@ -10,7 +10,7 @@ from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call
 
-#: The functions called here: signatures as sql/ declares them (``make generate``).
+# The functions called here, as sql/ declares them (generated: ``_functions``).
 NOW_MS = _sql.NOW_MS
 SCHEMA_REVISION = _sql.SCHEMA_REVISION
 STORE_STATS = _sql.STORE_STATS

@@ -14,7 +14,7 @@ from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call
 
-#: The functions called here: signatures as sql/ declares them (``make generate``).
+# The functions called here, as sql/ declares them (generated: ``_functions``).
 #: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
 CHANNEL = _sql.JOB_CHANNEL
 SCHEDULE = _sql.JOB_SCHEDULE

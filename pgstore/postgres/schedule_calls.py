@@ -15,7 +15,7 @@ from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call
 
-#: The functions called here: signatures as sql/ declares them (``make generate``).
+# The functions called here, as sql/ declares them (generated: ``_functions``).
 GET = _sql.SCHEDULE_GET
 REGISTER = _sql.SCHEDULE_REGISTER
 CLAIM_DUE = _sql.SCHEDULE_CLAIM_DUE
