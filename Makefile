@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv test lint demo bench docs clean
+.PHONY: venv test lint demo bench docs generate generate-functions clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,14 @@ venv: $(BIN)/.installed
 PYTEST_WORKERS ?= 3
 test: venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+## What is derived from sql/: pgstore/postgres/_functions.py, each function's call binding,
+## SECURITY DEFINER and volatility, read from pg_proc after loading sql/ into a scratch schema
+## (rolled back) on PGSTORE_DSN, else an embedded server; a test checks it is current.
+generate: generate-functions
+
+generate-functions: venv
+	$(BIN)/python -m tests.support.generate_functions
 
 ## ruff, mypy --strict, the import layer rules (lint-imports), and plpgsql_check on every PL/pgSQL function (needs a server with
 ## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).

@@ -39,7 +39,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgstore.postgres.grants import CLIENT_FUNCTIONS
 from pgstore.schema import client_role as _client_role
 from pgstore.schema import objects as _schema
 from pgstore.schema.files import current_schema_sql
@@ -212,15 +211,14 @@ def install_schema(
     dsn: str, schema: str, client_role: str | None = None, client_role_adopt: bool = False
 ) -> None:
     """Load the current sql/ into ``schema`` (what ``upgrade head`` builds, only faster);
-    with ``client_role``, grant it what the migration grants, creating it if missing (an
-    existing role is adopted as ``migrate()`` adopts one; ``client_role_adopt`` as there)."""
+    with ``client_role``, grant it what the migration grants, read from ``pg_proc`` as a
+    revision reads it (``client_role.grant``), creating it if missing (an existing role
+    is adopted as ``migrate()`` adopts one; ``client_role_adopt`` as there)."""
     conn: psycopg.Connection[Any]
     with psycopg.connect(dsn) as conn:
         _schema.load(conn, _schema.check_schema(schema), current_schema_sql())
         if client_role is not None:
-            _client_role.grant(
-                conn, schema, client_role, CLIENT_FUNCTIONS, client_role_adopt
-            )
+            _client_role.grant(conn, schema, client_role, adopt=client_role_adopt)
 
 
 def drop_schema(dsn: str, schema: str) -> None:

@@ -6,14 +6,16 @@ from __future__ import annotations
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.models import Fence, StoreStats
+from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
-from pgstore.postgres.call import Call, Function
+from pgstore.postgres.call import Call
 
-NOW_MS = Function("now_ms", ())
-SCHEMA_REVISION = Function("schema_revision", ())
-STORE_STATS = Function("store_stats", ("bigint",))
-FENCE_AFTER_RESTORE = Function("fence_after_restore", ("integer",))
-TOKEN_FLOOR = Function("token_floor", ())
+# The functions called here, as sql/ declares them (generated: ``_functions``).
+NOW_MS = _sql.NOW_MS
+SCHEMA_REVISION = _sql.SCHEMA_REVISION
+STORE_STATS = _sql.STORE_STATS
+FENCE_AFTER_RESTORE = _sql.FENCE_AFTER_RESTORE
+TOKEN_FLOOR = _sql.TOKEN_FLOOR
 
 #: How many promotions (or fences) after the copy ``fence_after_restore`` allows for
 #: unless told: one failover the copy did not see. The SQL function's default too.

@@ -1,70 +1,50 @@
-"""What the current schema grants its client role: one list, derived from the calls.
+"""What the current schema grants its client role, derived from the catalog.
 
-Every function a store method calls is granted, and nothing else (the
-``check_*`` helpers are not), except those that only the owner runs
-(``OWNER_FUNCTIONS``: ``job_purge`` deletes history, ``fence_after_restore`` lifts every
-future token, ``token_floor`` reads the floor): a test checks both lists
-against ``pg_proc``.
-Revisions keep frozen lists of their own.
+Nothing here spells a signature. ``CLIENT_FUNCTIONS`` and ``OWNER_FUNCTIONS`` apply
+``pgstore.schema.catalog``'s rule to the functions sql/ creates, as ``make
+generate`` read them from ``pg_proc`` (``pgstore/postgres/_functions.py``): every
+SECURITY DEFINER function of the store is granted except those only the owner runs
+(``catalog.OWNER_ONLY``: ``job_purge`` deletes history, ``fence_after_restore`` lifts
+every future token, ``token_floor`` reads the floor), plus ``now_ms`` (the store's
+clock, ``catalog.GRANTED_PLAIN``); the ``check_*`` helpers are not. A migration and a
+fresh load grant by the same rule, applied to ``pg_proc`` there and then
+(``client_role.grant``). Tests check both lists against ``pg_proc``.
+
+``MONITOR_FUNCTIONS`` is a privilege decision, so it stays a list, of names only.
+Revisions up to ``pgstore_0012`` keep frozen lists of their own.
 """
 
 from __future__ import annotations
 
-from pgstore.postgres import common_calls as common
-from pgstore.postgres import job_calls as jobs
-from pgstore.postgres import schedule_calls as schedules
+from pgstore.postgres import _functions as _sql
+from pgstore.schema import catalog
 from pgstore.schema.function import Function
 
 __all__ = ["CLIENT_FUNCTIONS", "MONITOR_FUNCTIONS", "OWNER_FUNCTIONS"]
 
-#: SECURITY DEFINER functions granted to no client: only the owner (or a role the DBA
-#: grants EXECUTE) runs them.
-OWNER_FUNCTIONS: tuple[Function, ...] = (
-    common.TOKEN_FLOOR, jobs.PURGE, common.FENCE_AFTER_RESTORE
-)
+_BY_NAME = {d.function.name: d.function for d in _sql.DEFINITIONS}
 
-#: The functions the current schema grants the client role, in sql/ order: every
-#: SECURITY DEFINER function of the store but OWNER_FUNCTIONS, plus ``now_ms`` (the store's clock).
-CLIENT_FUNCTIONS: tuple[Function, ...] = (
-    common.SCHEMA_REVISION,
-    common.NOW_MS,
-    schedules.GET,
-    schedules.REGISTER,
-    schedules.CLAIM_DUE,
-    schedules.RENEW,
-    schedules.COMPLETE,
-    schedules.DELETE,
-    schedules.LIST,
-    schedules.CLAIM_NEXT,
-    jobs.CHANNEL,
-    jobs.SCHEDULE,
-    jobs.LEASE,
-    jobs.RENEW,
-    jobs.MARK_DISPATCHED,
-    jobs.RELEASE,
-    jobs.RETRY,
-    jobs.CANCEL,
-    jobs.GET,
-    jobs.LIST_DISPATCHED,
-    jobs.REMOVE,
-    jobs.SCHEDULE_MANY,
-    jobs.LEASE_MANY,
-    jobs.MARK_DISPATCHED_MANY,
-    jobs.RENEW_MANY,
-    common.STORE_STATS,
-    jobs.LIST,
-)
+#: SECURITY DEFINER functions granted to no client: only the owner (or a role the DBA
+#: grants EXECUTE) runs them (``catalog.OWNER_ONLY``).
+OWNER_FUNCTIONS: tuple[Function, ...] = catalog.owner_functions(_sql.DEFINITIONS)
+
+#: The functions the current schema grants the client role, by name: every SECURITY
+#: DEFINER function of the store but OWNER_FUNCTIONS, plus ``now_ms`` (the store's clock).
+CLIENT_FUNCTIONS: tuple[Function, ...] = catalog.client_functions(_sql.DEFINITIONS)
 
 #: What a read-only monitoring role needs (docs/privileges.md gives the GRANT, and a test
 #: runs it): every function ``pgstore status``, ``schedules`` and ``jobs`` and a dashboard
 #: call, none that writes, and no table privilege. Each reads the tables as their owner.
-MONITOR_FUNCTIONS: tuple[Function, ...] = (
-    common.SCHEMA_REVISION,
-    common.NOW_MS,
-    common.STORE_STATS,
-    schedules.LIST,
-    schedules.GET,
-    jobs.LIST,
-    jobs.GET,
-    jobs.LIST_DISPATCHED,
+MONITOR_FUNCTIONS: tuple[Function, ...] = tuple(
+    _BY_NAME[name]
+    for name in (
+        "schema_revision",
+        "now_ms",
+        "store_stats",
+        "schedule_list",
+        "schedule_get",
+        "job_list",
+        "job_get",
+        "job_list_dispatched",
+    )
 )

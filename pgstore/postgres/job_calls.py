@@ -10,29 +10,29 @@ from collections.abc import Sequence
 
 from pgstore import _validate as v
 from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
+from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
-from pgstore.postgres.call import Call, Function
+from pgstore.postgres.call import Call
 
+# The functions called here, as sql/ declares them (generated: ``_functions``).
 #: The NOTIFY channel of job_schedule (the dispatcher's listener calls it directly).
-CHANNEL = Function("job_channel", ())
-SCHEDULE = Function("job_schedule", ("text", "bigint", "integer"))
-LEASE = Function("job_lease", ("text", "bigint", "bigint"))
-RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint"))
-MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
-RELEASE = Function("job_release", ("text", "text", "bigint", "bigint", "text"))
-RETRY = Function("job_retry", ("text", "bigint"))
-CANCEL = Function("job_cancel", ("text",))
-GET = Function("job_get", ("text",))
-LIST_DISPATCHED = Function("job_list_dispatched", ())
-REMOVE = Function("job_remove", ("text",))
-LIST = Function("job_list", ("text", "bigint", "integer"))
-PURGE = Function("job_purge", ("bigint", "integer"))
-SCHEDULE_MANY = Function("job_schedule_many", ("text[]", "bigint[]"))
-LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "integer"))
-MARK_DISPATCHED_MANY = Function(
-    "job_mark_dispatched_many", ("text[]", "text", "text[]", "bigint[]")
-)
-RENEW_MANY = Function("job_renew_many", ("text[]", "text", "bigint", "bigint", "bigint[]"))
+CHANNEL = _sql.JOB_CHANNEL
+SCHEDULE = _sql.JOB_SCHEDULE
+LEASE = _sql.JOB_LEASE
+RENEW = _sql.JOB_RENEW
+MARK_DISPATCHED = _sql.JOB_MARK_DISPATCHED
+RELEASE = _sql.JOB_RELEASE
+RETRY = _sql.JOB_RETRY
+CANCEL = _sql.JOB_CANCEL
+GET = _sql.JOB_GET
+LIST_DISPATCHED = _sql.JOB_LIST_DISPATCHED
+REMOVE = _sql.JOB_REMOVE
+LIST = _sql.JOB_LIST
+PURGE = _sql.JOB_PURGE
+SCHEDULE_MANY = _sql.JOB_SCHEDULE_MANY
+LEASE_MANY = _sql.JOB_LEASE_MANY
+MARK_DISPATCHED_MANY = _sql.JOB_MARK_DISPATCHED_MANY
+RENEW_MANY = _sql.JOB_RENEW_MANY
 
 
 def _integer_count(param: str, value: object) -> None:

@@ -11,19 +11,19 @@ from collections.abc import Sequence
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.models import ClaimResult, CompletePatch, ScheduleRecord
+from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
-from pgstore.postgres.call import Call, Function
+from pgstore.postgres.call import Call
 
-GET = Function("schedule_get", ("text",))
-REGISTER = Function(
-    "schedule_register", ("text", "text", "text", "bigint", "bigint", "text")
-)
-CLAIM_DUE = Function("schedule_claim_due", ("text", "text", "bigint", "bigint"))
-RENEW = Function("schedule_renew", ("text", "bigint", "bigint"))
-COMPLETE = Function("schedule_complete", ("text", "bigint", "bigint", "bigint", "text", "bigint"))
-DELETE = Function("schedule_delete", ("text",))
-LIST = Function("schedule_list", ())
-CLAIM_NEXT = Function("schedule_claim_next", ("text", "bigint", "bigint", "integer", "text[]"))
+# The functions called here, as sql/ declares them (generated: ``_functions``).
+GET = _sql.SCHEDULE_GET
+REGISTER = _sql.SCHEDULE_REGISTER
+CLAIM_DUE = _sql.SCHEDULE_CLAIM_DUE
+RENEW = _sql.SCHEDULE_RENEW
+COMPLETE = _sql.SCHEDULE_COMPLETE
+DELETE = _sql.SCHEDULE_DELETE
+LIST = _sql.SCHEDULE_LIST
+CLAIM_NEXT = _sql.SCHEDULE_CLAIM_NEXT
 
 
 def get(id: str) -> Call[ScheduleRecord | None]:

@@ -16,7 +16,7 @@ from alembic import context, op
 from pgstore.errors import InvalidArgument
 from pgstore.schema import client_role as _client_role
 from pgstore.schema import objects as _schema
-from pgstore.schema.files import schema_revision_sql
+from pgstore.schema.files import REVOKE_FROM_PUBLIC, schema_revision_sql
 from pgstore.schema.function import Function
 from pgstore.schema.objects import DEFAULT_SCHEMA, check_name, check_schema
 
@@ -102,9 +102,13 @@ def run_sql_replacing_functions(
         _client_role.grant_executors(conn, schema, new, roles)
 
 
-def grant_client_role(functions: Sequence[Function]) -> None:
+def grant_client_role(functions: Sequence[Function] | None = None) -> None:
     """Create (or adopt) the client role and grant it USAGE on the schema and EXECUTE on
-    ``functions`` (a revision's own, frozen list), one statement per grant."""
+    ``functions``, one statement per grant. Revisions up to ``pgstore_0012`` pass their
+    own frozen list; a later revision passes none, and the client functions ``pg_proc``
+    has in the schema when it runs are granted (``catalog.client_functions``: every
+    SECURITY DEFINER function but the owner's, and ``now_ms``), which its own SQL and
+    the revisions before it decide."""
     role = client_role()
     if role is False:
         return
@@ -116,6 +120,13 @@ def grant_client_role(functions: Sequence[Function]) -> None:
         else _client_role.default_name(schema, _client_role.current_database(conn))
     )
     _client_role.grant(conn, schema, name, functions, adopt=client_role_adopt())
+
+
+def revoke_from_public() -> None:
+    """Revoke what ``PUBLIC`` may do with any function of the schema
+    (``files.REVOKE_FROM_PUBLIC``, online or offline): what a revision that creates
+    functions runs after its SQL, instead of a ``REVOKE`` per signature."""
+    run_sql(REVOKE_FROM_PUBLIC)
 
 
 def revoke_client_role() -> None:

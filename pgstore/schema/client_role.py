@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from pgstore.errors import InvalidArgument
+from pgstore.schema import catalog as _catalog
 from pgstore.schema import marks as _marks
 from pgstore.schema.function import Function
 from pgstore.schema.objects import check_name
@@ -257,11 +258,15 @@ def grant(
     conn: psycopg.Connection[Any],
     schema: str,
     role: str,
-    functions: Sequence[Function],
+    functions: Sequence[Function] | None = None,
     adopt: bool = False,
 ) -> None:
     """Create (or adopt, see ``ensure_role``) ``role`` and grant it USAGE on ``schema``
-    and EXECUTE on ``functions``, in the caller's transaction."""
+    and EXECUTE on ``functions``, in the caller's transaction. ``functions`` None: the
+    client functions ``pg_proc`` has in ``schema`` now (``catalog.client_functions``),
+    what a fresh load of sql/ and a revision without a frozen list grant."""
+    if functions is None:
+        functions = _catalog.client_functions(_catalog.definitions(conn, schema))
     ensure_role(conn, schema, role, adopt)
     for statement in grant_statements(schema, role, functions):
         conn.execute(statement)

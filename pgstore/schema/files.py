@@ -93,9 +93,26 @@ def schema_revision_sql(revision_id: str) -> str:
     )
 
 
-def current_schema_sql() -> str:
-    """The whole current schema: every file of sql/ in name order, then
-    ``schema_revision_sql(head_revision())``: sql/ names no revision, so a fresh load
-    answers the head from ``schema_revision()``, as ``upgrade head`` does."""
-    files = [p.read_text() for p in sorted(sql_dir().glob("*.sql"))]
-    return "\n".join([*files, schema_revision_sql(head_revision())])
+#: Revoke every privilege ``PUBLIC`` holds on any function of the schema being loaded
+#: (its ``search_path`` comes first): what a fresh load of sql/ ends with
+#: (``current_schema_sql``) and what a revision that creates functions runs after its SQL
+#: (``alembic_steps.revoke_from_public``). A new function needs no ``REVOKE`` of its own.
+#:
+#: Dynamic SQL, for one statement: ``REVOKE ... ON ALL ROUTINES IN SCHEMA`` must name
+#: the schema, which the SQL never spells (it runs in whichever schema it is loaded
+#: into), so the name is read from ``current_schema()`` and quoted with ``%I``. The
+#: static alternative is a ``REVOKE`` per signature: the hand-kept list this replaces.
+REVOKE_FROM_PUBLIC = (
+    "DO $revoke$ BEGIN\n"
+    "    EXECUTE format('REVOKE ALL ON ALL ROUTINES IN SCHEMA %I FROM PUBLIC', current_schema());\n"
+    "END $revoke$;\n"
+)
+
+
+def current_schema_sql(directory: Path | None = None) -> str:
+    """The whole current schema: every file of sql/ (or ``directory``) in name order, then
+    ``REVOKE_FROM_PUBLIC`` and ``schema_revision_sql(head_revision())``: sql/ names no
+    revision, so a fresh load answers the head from ``schema_revision()``, as
+    ``upgrade head`` does (``CREATE OR REPLACE`` keeps the revoked privileges)."""
+    files = [p.read_text() for p in sorted((directory or sql_dir()).glob("*.sql"))]
+    return "\n".join([*files, REVOKE_FROM_PUBLIC, schema_revision_sql(head_revision())])
