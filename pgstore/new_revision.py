@@ -189,7 +189,7 @@ class Fn:
     quoted: str  # the name as an identifier in SQL text
     types: tuple[str, ...]
     definition: str  # pg_get_functiondef, the schema's name scrubbed
-    raw_definition: str
+    raw_definition: str  # as the catalog gives it
     comment: str | None
     definer: bool
     result: str
@@ -220,7 +220,7 @@ _FUNCTIONS = """
            pg_get_function_result(p.oid), pg_get_function_arguments(p.oid),
            coalesce(p.proacl, acldefault('f', p.proowner))::text[]
       FROM pg_proc p
-     WHERE p.pronamespace = %(schema)s::regnamespace AND p.prokind IN ('f', 'p')
+     WHERE p.pronamespace = %(schema)s::regnamespace AND p.prokind = 'f'
        AND p.proname <> 'schema_revision'
      ORDER BY p.oid"""
 
@@ -271,7 +271,7 @@ _OBJECTS = {
         SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
                p.prokind::text
           FROM pg_proc p
-         WHERE p.pronamespace = %(schema)s::regnamespace AND p.prokind NOT IN ('f', 'p')""",
+         WHERE p.pronamespace = %(schema)s::regnamespace AND p.prokind <> 'f'""",
 }
 
 #: pgstore's bookkeeping, not the store's: alembic's version table, the downgrades' marks.
@@ -630,18 +630,18 @@ def module_text(number: str, name: str, head: str, changes: Changes) -> str:
     if changes.replaced or grants.constants:
         line += "\nfrom pgstore.schema.function import Function"
     drops = _tuple(changes.drops)
-    constants = []
-    if changes.objects:
-        constants.append(
-            f"#: {TODO}: new_revision's guess from the tables and columns sql/ adds; check it\n"
-            "#: against the downgrade you write."
-        )
-    constants.append(
-        "#: What this revision's downgrade drops, and the data in it: tables, and columns as\n"
+    guess = (
+        f"#: {TODO}: new_revision's guess from the tables and columns sql/ adds; check it\n"
+        "#: against the downgrade you write, then delete this line and the one above.\n"
+        if changes.objects else ""
+    )
+    constants = [
+        guess
+        + "#: What this revision's downgrade drops, and the data in it: tables, and columns as\n"
         "#: ``table.column`` (``pgstore downgrade`` names them and asks first; a test checks this\n"
         "#: against what the downgrade drops from the catalog).\n"
         f"DOWNGRADE_DROPS: tuple[str, ...] = {drops}"
-    )
+    ]
     if changes.replaced:
         constants.append(
             "#: The functions this revision drops and creates again (a new return type or new\n"
@@ -709,7 +709,8 @@ def _todo_block(stem: str, direction: str, objects: Sequence[str]) -> str:
     listed = "".join(f"--   {line}\n" for line in objects)
     message = f"{TODO}: {stem}.{direction}.sql: the table changes are not written yet"
     return (
-        f"-- {TODO}: sql/ changes what new_revision does not script. Write it {where},\n"
+        f"-- {TODO}: sql/ changes what new_revision does not script.\n"
+        f"-- Write it {where},\n"
         f"-- then delete this block and the statement that ends it:\n{listed}"
         f"DO $todo$ BEGIN RAISE EXCEPTION {_literal(message, 200)}; END $todo$;"
     )
@@ -785,20 +786,22 @@ def generate(name: str, dsn: str, sql: Path | None = None, migrations: Path | No
             up, down = up_sql(changes, written), down_sql(changes, head_schema)
         finally:
             conn.rollback()  # the sql/ schema goes with the transaction
-    heading = f"-- pgstore {number}: {TODO}: one line. See {stem}.py for why.\n\n"
+    heading = f"-- pgstore {number}, %s: {TODO}: one line. See {stem}.py for why.\n\n"
     if changes.objects:
         up.insert(0, _todo_block(stem, "up", changes.objects))
         down.append(_todo_block(stem, "down", changes.objects))
     files = [versions / f"{stem}.py", versions / f"{stem}.up.sql", versions / f"{stem}.down.sql"]
     files[0].write_text(module_text(number, name, head, changes))
-    files[1].write_text(heading + "\n\n".join(up) + "\n")
-    files[2].write_text(heading.replace("one line.", "downgrade.") + "\n\n".join(down) + "\n")
+    files[1].write_text(heading % "upgrade" + "\n\n".join(up) + "\n")
+    files[2].write_text(heading % "downgrade" + "\n\n".join(down) + "\n")
     said = (f"wrote {', '.join(p.name for p in files)} in {versions} (revision pgstore_{number},"
             f" revising {head}): fill in its docstring")
     if changes.objects:
+        count = len(changes.objects)
         return Generated(TODO_LEFT, (
-            f"{said}, and write by hand what it marks {TODO} ({len(changes.objects)} table, "
-            "column, index or type changes it does not script)"), files)
+            f"{said}, and write by hand what it marks {TODO}: {count} "
+            f"{'difference' if count == 1 else 'differences'} in tables, columns, indexes or "
+            "types, which it does not script"), files)
     return Generated(WRITTEN, said, files)
 
 
