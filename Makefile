@@ -58,5 +58,14 @@ $(BIN)/.docs-installed: $(BIN)/.installed
 docs: $(BIN)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+## The next revision in migrations/versions/ (NNNN_NAME.py, .up.sql, .down.sql), written
+## from what sql/ changed against the head: make revision NAME=job_reschedule. Two scratch
+## schemas on PGSTORE_DSN, else an embedded server; pgstore/new_revision.py, docs/migrations.md.
+## Exit status 1: nothing to generate (or an error); 3: table changes left to write (TODO).
+.PHONY: revision
+revision: venv
+	@test -n "$(NAME)" || { echo "usage: make revision NAME=job_reschedule" >&2; exit 2; }
+	$(BIN)/python -m pgstore.new_revision $(NAME)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build site

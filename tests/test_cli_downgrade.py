@@ -1,7 +1,7 @@
 """``pgstore --version``, and downgrades that drop data: they ask first.
 
-A downgrade across a revision that added a column or a table drops it (below
-pgstore_0011, 0010, 0009, 0007, 0006, 0002; to base the whole store); on a terminal
+A downgrade across a revision that added a column or a table drops it (what each
+revision's ``DOWNGRADE_DROPS`` declares; to base the whole store); on a terminal
 (a pseudo-terminal here) the operator types the schema's name, otherwise ``--yes``
 is needed, and without it nothing changes (exit status 2).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -219,17 +220,78 @@ def test_a_downgrade_keeping_the_data_needs_no_confirmation(
 
 
 def test_downgrade_help_names_the_revisions_that_drop_data(cli: Run) -> None:
+    """The help's list is read from each revision's ``DOWNGRADE_DROPS``: every revision
+    that drops something is named with what it drops, in order, and no other."""
     from pgstore.cli.downgrade import declared_drops
 
     status, out, _ = cli("downgrade", "--help")
     text = " ".join(out.split())
     assert status == 0
-    assert "below pgstore_0002 (to pgstore_0001) the jobs table" in text
-    assert "below pgstore_0001 (to base, the default) the schedules" in text
+    assert "below pgstore_0002 the jobs table;" in text
+    assert "below pgstore_0016 the job_history table;" in text
+    assert "below pgstore_0014 the job_fences table and store_settings.max_lease_ms;" in text
+    assert ("below pgstore_0001 (to base, the default) the schedules and schedule_fences "
+            "tables and the store.") in text
     assert "--yes" in text and "type the schema name" in text
-    for number in range(1, int(HEAD.rsplit("_", 1)[1]) + 1):
-        revision = f"pgstore_{number:04d}"
-        assert (f"below {revision} " in text) == bool(declared_drops(revision)), revision
+    named = re.findall(r"below (pgstore_\d{4}) ", text)
+    expected = [
+        f"pgstore_{number:04d}" for number in range(int(HEAD.rsplit("_", 1)[1]), 0, -1)
+        if declared_drops(f"pgstore_{number:04d}") or number == 1
+    ]
+    assert named == expected
+    for revision, following in zip(named, [*named[1:], None], strict=True):
+        start = text.index(f"below {revision} ")
+        end = text.index(f"below {following} ") if following else text.index(" Such a downgrade")
+        segment = text[start:end]
+        for name in declared_drops(revision):
+            assert re.search(rf"[ ,]{re.escape(name)}[ ,;.]", segment), (revision, name)
+
+
+def test_the_declared_drops_are_the_modules_own() -> None:
+    """``declared_drops`` reads the modules' text (no import); it answers what alembic's
+    import of each module finds, for every revision, and nothing for an unknown one."""
+    from alembic.script import ScriptDirectory
+
+    from pgstore.cli.downgrade import declared_drops
+    from pgstore.schema.migrations import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    revisions = [s.revision for s in script.walk_revisions()]
+    assert len(revisions) == int(HEAD.rsplit("_", 1)[1])
+    for revision in revisions:
+        module = script.get_revision(revision).module
+        assert declared_drops(revision) == tuple(getattr(module, "DOWNGRADE_DROPS", ())), revision
+    assert sum(bool(declared_drops(r)) for r in revisions) >= 10
+    with pytest.raises(KeyError):
+        declared_drops("pgstore_9999")
+
+
+def test_the_revisions_a_downgrade_undoes_are_alembics_steps() -> None:
+    """Relative targets count from the current revision; a target alembic refuses raises
+    alembic's ``CommandError`` with its own message, as ``alembic downgrade`` would."""
+    from alembic.util import CommandError
+
+    from pgstore.cli.downgrade import revisions_undone
+
+    assert revisions_undone(None, "base") == []
+    assert revisions_undone("pgstore_0010", "-2") == ["pgstore_0010", "pgstore_0009"]
+    assert revisions_undone("pgstore_0010", "pgstore_0007") == [
+        "pgstore_0010", "pgstore_0009", "pgstore_0008"]
+    assert revisions_undone("pgstore_0003", "base") == ["pgstore_0003", "pgstore_0002",
+                                                        "pgstore_0001"]
+    assert revisions_undone("pgstore_0005", "pgstore_0005") == []
+    assert revisions_undone(HEAD, "head") == []
+    refused = {
+        ("pgstore_0010", "pgstore_9999"): "Can't locate revision identified by 'pgstore_9999'",
+        ("pgstore_0005", "pgstore_0010"):
+            "Destination pgstore_0010 is not a valid downgrade target from current head(s)",
+        ("pgstore_0001", "-2"): "Relative revision -2 didn't produce 2 migrations",
+        ("pgstore_0010", "+1"): "Relative revision +1 didn't produce 1 migrations",
+    }
+    for (current, target), message in refused.items():
+        with pytest.raises(CommandError) as caught:
+            revisions_undone(current, target)
+        assert str(caught.value) == message
 
 
 def _tables_and_columns(conn: psycopg.Connection[Any], schema: str) -> set[str]:

@@ -109,6 +109,7 @@ def test_wheel_carries_sql_migrations_and_the_script(installed: Installed) -> No
     # make demo and make bench run from a clone: neither ships in the wheel
     assert not [n for n in names if n.startswith(("pgstore/demo/", "pgstore/bench/"))]
     assert "pgstore/testing_ha.py" not in names  # the failover rig of the trials and the bench
+    assert "pgstore/new_revision.py" not in names  # make revision: writes a clone's revisions
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "pgstore = pgstore.cli:main" in entry_points
 

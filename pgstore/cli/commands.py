@@ -23,14 +23,14 @@ the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
 not at the migration head is such a failure, saying what to run.
 
 ``downgrade`` across a revision that added a table or a column drops it and its
-data (``pgstore.cli.downgrade``: below ``pgstore_0011``, ``0010``, ``0009``,
-``0007``, ``0006``, ``0002`` and ``0001``, to ``base`` the whole store): it first
-names, per revision, the columns and the tables with their row counts, and
-goes ahead only when the operator types the schema's name on a terminal, or
-with ``--yes``; otherwise it exits with status 2 and changes nothing. A schema
-whose store was migrated through a host app's alembic history (no pgstore
-version table in it, ``pgstore.schema.history``) is reported by ``current`` from its
-own ``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
+data (``pgstore.cli.downgrade``; ``pgstore downgrade --help`` lists them, read from
+each revision's ``DOWNGRADE_DROPS``; to ``base`` the whole store): it first names,
+per revision, the columns and the tables with their row counts, and goes ahead
+only when the operator types the schema's name on a terminal, or with ``--yes``;
+otherwise it exits with status 2 and changes nothing. A schema whose store was
+migrated through a host app's alembic history (no pgstore version table in it,
+``pgstore.schema.history``) is reported by ``current`` from its own
+``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
 
 The tables cut ids, owners, holders and worker ids (``…`` marks the cut) to fit
 the width: ``COLUMNS`` when set, else the terminal's when stdout is one; a pipe
@@ -460,6 +460,8 @@ def _promotions(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (defaults read from the environment now)."""
+    from pgstore.cli.downgrade import drops_help
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--dsn",
@@ -506,19 +508,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="downgrade the schema; to base (the default) drops the store and its data",
         description=(
             "Downgrade the schema to --revision. A downgrade across a revision that added "
-            "a table or a column drops it with its data: below pgstore_0016 the "
-            "job_history table (store_stats' counts, rebuilt on the next upgrade); below "
-            "pgstore_0015 the store_epoch table; below pgstore_0014 the job_fences table "
-            "and store_settings.max_lease_ms; below pgstore_0011 "
-            "schedules.catch_up; below pgstore_0010 the attempts, failed state and last "
-            "errors; below pgstore_0009 jobs.finished_at; below pgstore_0007 "
-            "jobs.lease_sequence; below pgstore_0006 store_settings; below pgstore_0002 "
-            "(to pgstore_0001) the jobs table; below pgstore_0001 (to base, the default) "
-            "the schedules and schedule_fences tables and the store. Such a downgrade first "
-            "says, per revision, which columns and tables it drops and how many rows the "
-            "tables hold; on a terminal it asks you to type the schema name, otherwise it "
-            "needs --yes (without it: exit status 2, nothing changed). The other revisions "
-            "change functions and grants only."
+            f"a table or a column drops it with its data: {drops_help()}. Such a downgrade "
+            "first says, per revision, which columns and tables it drops and how many rows "
+            "the tables hold; on a terminal it asks you to type the schema name, otherwise "
+            "it needs --yes (without it: exit status 2, nothing changed). The other "
+            "revisions change functions and grants only."
         ),
     )
     downgrade.add_argument("--revision", default="base", help="target revision (default: base)")

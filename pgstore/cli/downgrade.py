@@ -1,22 +1,22 @@
 """What a downgrade of a store's schema would drop, and the confirmation it needs.
 
 Several of pgstore's revisions add tables or columns that hold a store's data, so
-undoing them drops that data: below ``pgstore_0011`` ``schedules.catch_up``, below
-``pgstore_0010`` the attempts, the failed state and the last errors, below
-``pgstore_0009`` ``jobs.finished_at``, below ``pgstore_0007`` ``jobs.lease_sequence``,
-below ``pgstore_0006`` ``store_settings``, below ``pgstore_0002`` the ``jobs`` table,
-and below ``pgstore_0001`` (to ``base``) ``schedules`` and ``schedule_fences`` and then
-the store itself. Each revision declares what its downgrade drops, once, as
-``DOWNGRADE_DROPS`` beside its upgrade (a test checks each declaration against what
-the downgrade drops from the catalog). ``pgstore downgrade`` asks before a downgrade
-that drops anything (``cli._cmd_downgrade``): on a terminal the operator types the
-schema's name; otherwise ``--yes`` must say so up front.
+undoing them drops that data, and a downgrade to ``base`` drops the store itself. Each
+revision declares what its downgrade drops, once, as ``DOWNGRADE_DROPS`` beside its
+upgrade (a test checks each declaration against what the downgrade drops from the
+catalog); ``declared_drops`` and ``pgstore downgrade --help`` (``drops_help``) read
+those declarations, and nothing else lists them. ``pgstore downgrade`` asks before a
+downgrade that drops anything (``cli._cmd_downgrade``): on a terminal the operator types
+the schema's name; otherwise ``--yes`` must say so up front.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import psycopg
@@ -31,6 +31,7 @@ __all__ = [
     "confirm",
     "declared_drops",
     "dropped_objects",
+    "drops_help",
     "loss_text",
     "revisions_undone",
 ]
@@ -65,23 +66,121 @@ def _script() -> Any:
     return ScriptDirectory.from_config(alembic_config())
 
 
+def _literal(path: Path, tree: ast.Module, name: str) -> object:
+    """The literal value assigned to ``name`` at the top of a revision module (None when
+    it assigns none); ``RuntimeError`` for a value that is not a literal."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            try:
+                return ast.literal_eval(value)
+            except ValueError:
+                raise RuntimeError(f"{path}: {name} is not a literal") from None
+    return None
+
+
+@functools.cache
+def _declared(directory: Path) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    """Every revision of ``directory``, newest first: its id, the id it revises (None for
+    the first) and its ``DOWNGRADE_DROPS``, read from the modules' text (literals: no
+    module is imported, so ``pgstore --help`` loads no revision)."""
+    found: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    for path in sorted(directory.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        revision, down = _literal(path, tree, "revision"), _literal(path, tree, "down_revision")
+        if not isinstance(revision, str):
+            continue
+        drops = _literal(path, tree, "DOWNGRADE_DROPS") or ()
+        if not isinstance(down, (str, type(None))) or not isinstance(drops, tuple) or not all(
+            isinstance(d, str) for d in drops
+        ):
+            raise RuntimeError(f"{path}: down_revision or DOWNGRADE_DROPS is not what it should be")
+        found[revision] = (down, drops)
+    from pgstore.schema.files import head_of
+
+    chain: list[tuple[str, str | None, tuple[str, ...]]] = []
+    current: str | None = head_of(directory)
+    while current is not None:
+        down, drops = found[current]
+        chain.append((current, down, drops))
+        current = down
+    return tuple(chain)
+
+
+def _versions() -> Path:
+    from pgstore.schema.files import versions_dir
+
+    return versions_dir()
+
+
 def declared_drops(revision: str) -> tuple[str, ...]:
     """What ``revision``'s downgrade drops, as its module declares (``DOWNGRADE_DROPS``):
     tables, and columns as ``table.column``; empty when it drops neither."""
-    module = _script().get_revision(revision).module
-    return tuple(getattr(module, "DOWNGRADE_DROPS", ()))
+    for found, _, drops in _declared(_versions()):
+        if found == revision:
+            return drops
+    raise KeyError(revision)
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def drops_help() -> str:
+    """What each downgrade that drops data drops, newest revision first, in the words of
+    ``pgstore downgrade --help``: ``below pgstore_0014 the job_fences table and
+    store_settings.max_lease_ms; ...; below pgstore_0001 (to base, the default) the
+    schedules and schedule_fences tables and the store``. Read from each revision's
+    ``DOWNGRADE_DROPS``."""
+    parts = []
+    for revision, down, drops in _declared(_versions()):
+        if not drops and down is not None:
+            continue
+        tables = [d for d in drops if "." not in d]
+        columns = [d for d in drops if "." in d]
+        named = []
+        if tables:
+            named.append(f"the {_and(tables)} {'table' if len(tables) == 1 else 'tables'}")
+        if columns:
+            named.append(_and(columns))
+        if down is None:
+            named.append("the store")
+            parts.append(f"below {revision} (to base, the default) {_and(named)}")
+        else:
+            parts.append(f"below {revision} {_and(named)}")
+    return "; ".join(parts)
 
 
 def revisions_undone(current: str | None, target: str) -> list[str]:
     """The revisions a downgrade from ``current`` to ``target`` undoes, newest first
     (``target`` as alembic takes it: ``base``, a revision id, or relative such as ``-1``).
-    An unknown or non-downgrade ``target`` raises alembic's ``CommandError``."""
+    An unknown or non-downgrade ``target`` raises alembic's ``CommandError``, with the
+    message alembic's own downgrade command gives."""
     if current is None:
         return []
-    # The steps alembic's own downgrade command runs (command.downgrade resolves the
-    # target with this same call): relative targets count from ``current``, which the
-    # public iterate_revisions does not do.
-    return [step.revision.revision for step in _script()._downgrade_revs(target, current)]
+    from alembic.script.revision import RangeNotAncestorError, ResolutionError, RevisionError
+    from alembic.util import CommandError
+
+    # The walk alembic's downgrade command makes (select_for_downgrade: relative targets
+    # count from ``current``), and its messages for a target it refuses.
+    try:
+        return [
+            script.revision
+            for script in _script().iterate_revisions(current, target, select_for_downgrade=True)
+        ]
+    except RangeNotAncestorError as exc:
+        raise CommandError(
+            f"Destination {target} is not a valid downgrade target from current head(s)"
+        ) from exc
+    except ResolutionError as exc:
+        raise CommandError(f"Can't locate revision identified by '{exc.argument}'") from exc
+    except RevisionError as exc:
+        raise CommandError(exc.args[0]) from exc
 
 
 def _exists(conn: psycopg.Connection[Any], schema: str, table: str, column: str | None) -> bool:
