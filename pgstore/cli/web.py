@@ -37,10 +37,11 @@ def _cmd_web(args: argparse.Namespace) -> int:
     try:
         from pgstore.web.app import serve
     except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in WEB_PACKAGES:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in WEB_PACKAGES:
             raise
         raise PgStoreError(
-            f"pgstore web needs the web extra ({exc.name} is missing): "
+            f"pgstore web needs the web extra ({missing} is missing): "
             "pip install 'pgstore[web]'"
         ) from None
     from pgstore.postgres.jobs import PgJobStore

@@ -11,9 +11,11 @@ loopback address (no DNS rebinding).
 
 from __future__ import annotations
 
+import signal
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,7 @@ SECURITY_HEADERS = {
     ),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 PAGES = (
@@ -352,11 +354,30 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping gracefully at SIGINT or SIGTERM (a second one: at once)
+    and then returning, where uvicorn raises the signal again once stopped (which makes
+    a SIGTERM kill the process and a SIGINT a KeyboardInterrupt)."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def server(app: Starlette, log_level: str = "warning") -> uvicorn.Server:
     """A uvicorn server for ``app`` (sockets are given to its ``run``)."""
     config = uvicorn.Config(app, log_level=log_level, server_header=False, proxy_headers=False,
                             access_log=False, lifespan="on")
-    return uvicorn.Server(config)
+    return _Server(config)
 
 
 def serve(dsn: str, schema: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
