@@ -58,7 +58,7 @@ def format_instant(ms: int | None) -> str:
 
 def format_span(ms: int) -> str:
     """A length of time in the largest units that say it: ``850 ms``, ``4.2 s``,
-    ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h``."""
+    ``3 min 5 s``, ``1 min``, ``2 h 10 min``, ``3 d 4 h``."""
     ms = abs(ms)
     if ms < 1000:
         return f"{ms} ms"
@@ -66,10 +66,13 @@ def format_span(ms: int) -> str:
         return f"{ms / 1000:.1f} s"
     seconds = ms // 1000
     if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    if seconds < 172_800:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86_400} d {seconds % 86_400 // 3600} h"
+        big, small = (seconds // 60, "min"), (seconds % 60, "s")
+    elif seconds < 172_800:
+        big, small = (seconds // 3600, "h"), (seconds % 3600 // 60, "min")
+    else:
+        big, small = (seconds // 86_400, "d"), (seconds % 86_400 // 3600, "h")
+    text = f"{big[0]} {big[1]}"
+    return f"{text} {small[0]} {small[1]}" if small[0] else text
 
 
 def relative(ms: int | None, now: int) -> str:
