@@ -27,7 +27,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgstore import PgJobStore, PgScheduleStore
 from pgstore.postgres.grants import MONITOR_FUNCTIONS
-from tests.support.web import browser_or_skip, chromium, console
+from tests.support.web import chromium, console
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
@@ -324,7 +324,6 @@ def test_the_monitoring_role_gets_a_read_only_console(store: Store, monitor: str
 def test_a_post_without_the_right_csrf_token_is_refused(store: Store) -> None:
     from pgstore.web.security import CsrfTokens
 
-    browser_or_skip()
     before = store.table()
     with console(store.dsn, store.schema) as server:
         client = Client(server.url)
@@ -381,12 +380,60 @@ def test_hostile_values_are_shown_as_text(store: Store) -> None:
 
 def test_only_loopback_host_names_are_answered(store: Store) -> None:
     """A DNS-rebound name reaching 127.0.0.1 gets nothing: no page, no token."""
-    browser_or_skip()
     with console(store.dsn, store.schema) as server:
         client = Client(server.url)
         status, html = client.get("/", {"Host": "evil.test"})
         assert status == 400 and "pgstore_csrf" not in html
         assert client.get("/", {"Host": "localhost"})[0] == 200
+
+
+def test_bad_requests_are_refused_and_change_nothing(store: Store) -> None:
+    before = store.table()
+    with console(store.dsn, store.schema) as server:
+        client = Client(server.url)
+        token = client.token()
+        for path, fields, status in (
+            ("/actions/job-retry", [("csrf", token)], 400),  # no run id
+            ("/actions/job-retry", [("csrf", token), ("run_id", "")], 400),
+            ("/actions/schedule-delete", [("csrf", token), ("id", "nightly")], 400),  # no confirm
+            ("/actions/schedule-delete", [("csrf", token), ("id", "nightly"),
+                                          ("confirm", "no")], 400),
+            ("/actions/job-purge", [("csrf", token), ("run_id", "sent-0")], 404),
+            ("/actions/job-retry", [("csrf", token)] + [("run_id", f"r{n}") for n in range(1001)],
+             400),
+        ):
+            answer, page = client.post(path, fields)
+            assert answer == status, (path, fields[:3])
+            assert "nothing changed" in page or status == 404
+        assert client.get("/jobs?state=bogus")[0] == 400
+        assert client.get("/jobs?limit=abc")[0] == 400
+        assert client.get("/jobs?limit=0")[0] == 400
+        assert client.get("/actions/job-retry")[0] == 405
+        # answers per job: a job that is not failed is left as it is
+        status, page = client.post("/actions/job-retry", [("csrf", token), ("run_id", "sent-0"),
+                                                          ("run_id", "nobody")])
+        assert status == 200 and "not_failed" in page and "missing" in page
+    assert store.table() == before
+
+
+def test_pages_say_when_they_read_only_part(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``READ_LIMIT`` jobs a page says how many it read of how many; past
+    ``CHART_READ`` dispatched jobs the overview draws no chart and says why."""
+    from pgstore.web import views
+
+    monkeypatch.setattr(views, "READ_LIMIT", 4)
+    monkeypatch.setattr(views, "CHART_READ", 2)
+    with console(store.dsn, store.schema) as server:
+        client = Client(server.url)
+        _, page = client.get("/")
+        assert "No chart: 3 dispatched jobs are kept and the chart reads at most 2" in page
+        assert "<svg" not in page
+        _, page = client.get("/jobs")
+        assert "Read the first 4 of 11 matching jobs" in page
+        _, page = client.get("/workers")
+        assert "Read the first 4 of 11 matching jobs" in page
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -399,7 +446,6 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_pgstore_web_serves_until_interrupted(store: Store, stop: signal.Signals) -> None:
-    browser_or_skip()
     process = subprocess.Popen(
         [sys.executable, "-m", "pgstore", "web", "--dsn", store.dsn, "--schema", store.schema,
          "--port", "0"],

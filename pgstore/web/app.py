@@ -49,6 +49,8 @@ __all__ = ["ACTIONS", "DEFAULT_HOST", "DEFAULT_PORT", "Action", "Stores", "creat
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 HERE = Path(__file__).parent
+#: How many jobs the jobs page shows unless asked for more.
+SHOWN = 200
 #: The most targets one POST may name, and the most bytes its body may have.
 MAX_TARGETS = 1000
 MAX_BODY = 1 << 20
@@ -239,7 +241,7 @@ class Console:
             return self.refuse(400, f"unknown state {state!r}: one of "
                                     f"{', '.join(views.JOB_STATES)}")
         try:
-            limit = int(query.get("limit", "200"))
+            limit = int(query.get("limit", str(min(SHOWN, views.READ_LIMIT))))
         except ValueError:
             limit = 0
         if not 1 <= limit <= views.READ_LIMIT:
