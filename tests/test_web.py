@@ -321,6 +321,24 @@ def test_the_monitoring_role_gets_a_read_only_console(store: Store, monitor: str
     assert store.table() == before
 
 
+def test_a_role_missing_a_read_grant_is_told_which(store: Store, monitor: str) -> None:
+    """A monitoring role without EXECUTE on job_list: the pages that call it answer 403
+    naming the function; the schedules page, which does not, still works."""
+    role = psycopg.conninfo.conninfo_to_dict(monitor)["user"]
+    with psycopg.connect(store.dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {}.job_list(text, bigint, integer) "
+                              "FROM {}").format(sql.Identifier(store.schema),
+                                                sql.Identifier(str(role))))
+    with console(monitor, store.schema) as server:
+        client = Client(server.url)
+        for page in ("/", "/jobs", "/failed", "/leases", "/workers"):
+            status, html = client.get(page)
+            assert status == 403, page
+            assert "the role may not read this page: permission denied for function job_list" in html
+        status, html = client.get("/schedules")
+        assert status == 200 and "nightly" in html
+
+
 def test_a_post_without_the_right_csrf_token_is_refused(store: Store) -> None:
     from pgstore.web.security import CsrfTokens
 

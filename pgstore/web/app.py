@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import psycopg
 import uvicorn
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
@@ -35,7 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgstore.errors import InvalidArgument, NotPermitted
+from pgstore.errors import InvalidArgument, NotPermitted, PgStoreError
 from pgstore.postgres import job_calls, schedule_calls
 from pgstore.postgres.jobs import AsyncPgJobStore
 from pgstore.postgres.schedules import AsyncPgScheduleStore
@@ -49,6 +50,8 @@ __all__ = ["ACTIONS", "DEFAULT_HOST", "DEFAULT_PORT", "Action", "Stores", "creat
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 HERE = Path(__file__).parent
+#: How long a page waits for a connection before it says the database does not answer.
+POOL_TIMEOUT = 10.0
 #: How many jobs the jobs page shows unless asked for more.
 SHOWN = 200
 #: The most targets one POST may name, and the most bytes its body may have.
@@ -180,7 +183,7 @@ class Console:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False,
-            name="pgstore-web",
+            name="pgstore-web", timeout=POOL_TIMEOUT,
         )
         await pool.open(wait=True)
         try:
@@ -225,6 +228,15 @@ class Console:
             schema=self.schema, status=status, reason=reason, path="",
         )
         return HTMLResponse(html, status_code=status)
+
+    async def failure(self, request: Request, exc: Exception) -> Response:
+        """A page the database could not answer: 403 when the role may not call a
+        function the page reads (a monitoring role missing a grant), else 503; the
+        error on one line."""
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, (NotPermitted, psycopg.errors.InsufficientPrivilege)):
+            return self.refuse(403, f"the role may not read this page: {message}")
+        return self.refuse(503, f"the database did not answer this page: {message}")
 
     # --- pages ------------------------------------------------------------------------
 
@@ -310,7 +322,8 @@ class Console:
         for target in targets:
             try:
                 answers.append((target, await action.call(self.stores, target)))
-            except NotPermitted as exc:  # 42501: the grant went between the check and now
+            except (NotPermitted, psycopg.errors.InsufficientPrivilege) as exc:
+                # 42501: the grant went between the check and the call
                 return self.refuse(403, f"refused: {exc}; nothing changed for "
                                         f"{target!r} and those after it")
             except InvalidArgument as exc:
@@ -342,6 +355,7 @@ def create_app(dsn: str, schema: str, host: str = DEFAULT_HOST) -> Starlette:
     return Starlette(
         routes=routes,
         lifespan=console.lifespan,
+        exception_handlers={psycopg.Error: console.failure, PgStoreError: console.failure},
         middleware=[Middleware(_Headers), Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
     )
 
