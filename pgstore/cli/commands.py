@@ -733,6 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
         "their own; a scrape serves the last reading and never reaches the database",
     )
     run.set_defaults(run=_cmd_run)
+    from pgstore.cli.web import add_command as add_web  # pgstore web: the console
+
+    add_web(commands, common)
     return parser
 
 
