@@ -190,10 +190,10 @@ def test_each_page_shows_what_the_store_holds(store: Store) -> None:
         }
         assert (stats.jobs_failed, stats.jobs_dispatched, stats.jobs_leased) == (4, 3, 1)
         assert "late" in browser.find_element(By.ID, "oldest-lag").text
-        bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
-        assert len(bars) == 1  # the three dispatches fell in this minute
-        assert browser.find_element(By.CSS_SELECTOR, "svg.chart rect.bar title").get_attribute(
-            "textContent") == "3"
+        # The three dispatches, in one minute's bar or, across a minute's turn, in two.
+        titles = [bar.get_attribute("textContent") for bar in
+                  browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar title")]
+        assert 1 <= len(titles) <= 2 and sum(int(t or 0) for t in titles) == 3, titles
 
         browser.get(server.url + "/jobs")
         ids = _texts(browser, "#jobs td.id:first-child")
