@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv test lint demo bench docs clean
+.PHONY: venv test lint generate demo bench docs clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,15 @@ test: venv
 ## ruff, mypy --strict, the import layer rules (lint-imports), and plpgsql_check on every PL/pgSQL function (needs a server with
 ## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).
 lint: venv
-	$(BIN)/ruff check pgstore tests migrations examples
+	$(BIN)/ruff check pgstore tests migrations examples tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python tests/support/plpgsql_check.py
+
+## The sync modules (X.py) written from their asyncio sources (X_async.py), which are the
+## ones to edit: tools/async_to_sync.py; docs/python.md, how sync code is made.
+generate: venv
+	$(BIN)/python tools/async_to_sync.py
 
 ## The main job: 3 schedulers and 3 dispatchers in their own processes, one frozen and one
 ## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.

@@ -344,7 +344,8 @@ def _tidy(text: str, target: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--quiet", "--fix", "--exit-zero",
          "--select", "F401,I001,RUF022", "--stdin-filename", target, "-"],
-        input=text, capture_output=True, text=True, cwd=ROOT, check=True,
+        input=text, capture_output=True, text=True, check=True,
+        cwd=Path(__file__).resolve().parent.parent,  # the repository's ruff settings
     )
     return done.stdout
 
