@@ -121,10 +121,29 @@ def test_the_generator_rewrites_a_source(tmp_path: Path, monkeypatch: pytest.Mon
     source.write_text(SOURCE, encoding="utf-8")
     monkeypatch.setattr(tool, "ROOT", tmp_path)
     monkeypatch.setitem(tool.NAMES, "AsyncThing", "Thing")
-    monkeypatch.setitem(tool.CODE_NAMES, "AsyncThing", "Thing")
-    monkeypatch.setattr(tool, "_WORDS", tool.re.compile(
-        r"(?<!\w)(" + "|".join(sorted(tool.NAMES, key=len, reverse=True)) + r")(?!\w)"))
     made = tool.generate("pgstore/postgres/thing_async.py")
     header = ("# generated from pgstore/postgres/thing_async.py by tools/async_to_sync.py;\n"
               "# edit pgstore/postgres/thing_async.py and run `make generate`.\n")
     assert made == header + EXPECTED, made
+
+
+@pytest.mark.parametrize(
+    ("body", "refusal"),
+    [
+        ('def f(x: int) -> str:\n    return f"{AsyncStore} {x}"\n', "f-string"),
+        ("def f(x: int) -> int:\n    if x:  # ASYNC\n        return 1\n    return 0\n",
+         "'if True:' only"),
+        ("import asyncio as aio\n", "no 'as'"),
+    ],
+)
+def test_the_generator_refuses_what_it_cannot_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, refusal: str
+) -> None:
+    tool = _tool()
+    source = tmp_path / "pgstore" / "odd_async.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("from pgstore.postgres.store_async import AsyncStore\n\n" + body,
+                      encoding="utf-8")
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    with pytest.raises(ValueError, match=refusal):
+        tool.generate("pgstore/odd_async.py")

@@ -71,7 +71,7 @@ NAMES = {
 
 #: Modules renamed in code only (``asyncio.Lock`` is ``threading.Lock``); in prose
 #: ``PHRASES`` says what ``asyncio`` becomes.
-CODE_NAMES = {**NAMES, "asyncio": "threading"}
+CODE_ONLY_NAMES = {"asyncio": "threading"}
 
 #: Phrases of docstrings and comments, replaced (in this order) before ``NAMES``.
 PHRASES = (
@@ -86,8 +86,6 @@ HEADER = (
     "# edit {source} and run `make generate`.\n"
 )
 
-_WORDS = re.compile(r"(?<!\w)(" + "|".join(sorted(map(re.escape, NAMES), key=len, reverse=True))
-                    + r")(?!\w)")
 _ASYNC_MARK = re.compile(r"#\s*ASYNC\b")
 
 
@@ -105,11 +103,22 @@ def _module_name(path: str) -> str:
 MODULES = {_module_name(s): _module_name(sync_module_path(s)) for s in SOURCES}
 
 
+def _words() -> re.Pattern[str]:
+    """Any name of ``NAMES``, as a word."""
+    names = sorted(map(re.escape, NAMES), key=len, reverse=True)
+    return re.compile(r"(?<!\w)(" + "|".join(names) + r")(?!\w)")  # re caches it
+
+
+def code_name(name: str) -> str | None:
+    """The sync twin of a name in code, or None: it stays."""
+    return NAMES.get(name) or CODE_ONLY_NAMES.get(name)
+
+
 def prose(text: str) -> str:
     """A docstring, string or comment of the asyncio module, as the sync one says it."""
     for phrase, sync in PHRASES:
         text = text.replace(phrase, sync)
-    return _WORDS.sub(lambda m: NAMES[m.group(1)], text)
+    return _words().sub(lambda m: NAMES[m.group(1)], text)
 
 
 class _Edits:
@@ -210,15 +219,17 @@ class _Rewriter(ast.NodeVisitor):
         self.visit(node.value)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in CODE_NAMES:
+        new = code_name(node.id)
+        if new is not None:
             start, end = self.e.span(node)
-            self.e.replace(start, end, CODE_NAMES[node.id].encode())
+            self.e.replace(start, end, new.encode())
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.visit(node.value)
-        if node.attr in CODE_NAMES:
+        new = code_name(node.attr)
+        if new is not None:
             end = self.e.span(node)[1]
-            self.e.replace(end - len(node.attr), end, CODE_NAMES[node.attr].encode())
+            self.e.replace(end - len(node.attr), end, new.encode())
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -232,7 +243,7 @@ class _Rewriter(ast.NodeVisitor):
             self._alias(alias)
 
     def _alias(self, alias: ast.alias) -> None:
-        new = CODE_NAMES.get(alias.name) or MODULES.get(alias.name)
+        new = code_name(alias.name) or MODULES.get(alias.name)
         if new is not None:
             if alias.asname is not None:
                 raise ValueError(f"line {alias.lineno}: {alias.name} is renamed: no 'as'")
@@ -247,10 +258,13 @@ class _Rewriter(ast.NodeVisitor):
                 self.e.replace(start, end, prose(text).encode())
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        # Left as it is (before Python 3.12 the parts of an f-string have no positions
+        # of their own): an f-string with anything to rename is refused.
         start, end = self.e.span(node)
-        if _WORDS.search(self.e.data[start:end].decode()):
-            raise ValueError(f"line {node.lineno}: an asyncio name in an f-string")
-        self.generic_visit(node)
+        text = self.e.data[start:end].decode()
+        if prose(text) != text or any(code_name(n.id) for n in ast.walk(node)
+                                      if isinstance(n, ast.Name)):
+            raise ValueError(f"line {node.lineno}: an f-string with an asyncio name")
 
     def visit_If(self, node: ast.If) -> None:
         if not self._async_only(node):
@@ -270,6 +284,8 @@ class _Rewriter(ast.NodeVisitor):
         for line in range(else_line + 1, node.end_lineno + 1):  # type: ignore[operator]
             start = e.starts[line - 1]
             if e.data[start : e.starts[line]].strip():
+                if e.data[start : start + 4] != b"    ":
+                    raise ValueError(f"line {line}: the 'else:' body is indented by 4 spaces")
                 e.replace(start, start + 4, b"")  # the sync body is sync already: no renames
 
     def _async_only(self, node: ast.If) -> bool:
