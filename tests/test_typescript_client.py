@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,7 +122,7 @@ def _example(project: NodeProject, name: str, dsn: str) -> list[dict[str, object
 
 def test_scheduler_example(client_project: NodeProject, migrated: str) -> None:
     steps = _example(client_project, "scheduler", migrated)
-    by_step = {s["step"]: s for s in steps}
+    by_step = {str(s["step"]): s for s in steps}
     assert sorted(by_step) == ["claim", "complete", "fenced", "register", "restart", "skip"], steps
     assert by_step["register"]["fencingToken"] == 0
     claims = [s for s in steps if s["step"] == "claim"]
