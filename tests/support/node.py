@@ -110,7 +110,8 @@ class NodeProject:
         files += [self.root / "package.json", self.root / "package-lock.json"]
         files += sorted(self.root.glob("tsconfig*.json"))
         digest = self._digest(files)
-        stamp = self.root / "node_modules" / ".pgstore-build-sha256"
+        which = hashlib.sha256(repr(commands).encode()).hexdigest()[:12]
+        stamp = self.root / "node_modules" / f".pgstore-build-{which}"
         if stamp.exists() and stamp.read_text() == digest:
             return
         for command in commands:
