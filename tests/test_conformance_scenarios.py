@@ -73,3 +73,16 @@ def test_every_scenario_is_named_once_and_states_its_rule() -> None:
         names = [s["name"] for s in scenarios]
         assert len(names) == len(set(names))
         assert all(s["rule"] and s["steps"] for s in scenarios)
+
+
+def test_the_matcher_is_strict_where_it_must_be() -> None:
+    """Partial objects, but exact scalars: True is not 1, a missing key is a mismatch,
+    lists match element by element and by length."""
+    assert mismatch({"a": 1}, {"a": 1, "b": 2}) is None
+    assert mismatch({"a": True}, {"a": 1}) is not None
+    assert mismatch({"a": None}, {}) is not None
+    assert mismatch([{"a": 1}], [{"a": 1}, {"a": 2}]) is not None
+    assert mismatch({"$contains": "out of"}, "out of attempts") is None
+    assert mismatch({"$contains": "out of"}, None) is not None
+    assert state_mismatch({"jobs": {"a": {}}}, {"jobs": {"a": {}, "b": {}}}) is not None
+    assert state_mismatch({"fences": {}}, {"fences": {"r1": 1}}) is not None
