@@ -26,7 +26,9 @@ from pgstore.testing import PgBouncer, install_schema, pgbouncer_binary
 from tests.support.node import CLIENT, NodeProject, node_url
 
 SCHEMA = 'ts "client" store'
-pytestmark = pytest.mark.xdist_group("typescript_client")
+#: With tests/test_typescript_example.py: both install and build clients/typescript, which
+#: two xdist workers must not do at once.
+pytestmark = pytest.mark.xdist_group("node_projects")
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,10 @@ from pgstore import Dispatcher, PgJobStore, PgScheduleStore, migrate
 from pgstore.models import Job
 from tests.support.node import CLIENT, NodeProject
 
+#: With tests/test_typescript_client.py: both install and build clients/typescript, which
+#: two xdist workers must not do at once.
+pytestmark = pytest.mark.xdist_group("node_projects")
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "typescript"
 INSTALLED = EXAMPLE / "node_modules" / ".pgstore-lock-sha256"
 BUILT = EXAMPLE / "dist" / ".pgstore-source-sha256"
