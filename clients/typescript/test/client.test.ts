@@ -169,3 +169,16 @@ test("a pg.Pool, a pg.Client and a pg.PoolClient are all Queryable", async () =>
     client.release();
   }
 });
+
+test("list answers a page of the jobs a filter selects, and how many match in all", async () => {
+  await jobs.scheduleMany(["c", "b", "a", "later"], [20, 10, 20, 10_000]);
+  const due = await jobs.list("due", { now: 100, limit: 2 });
+  assert.deepEqual(due.jobs.map((j) => j.runId), ["b", "a"]);
+  assert.equal(due.matching, 3);
+  const all = await jobs.list("all");
+  assert.deepEqual(all.jobs.map((j) => j.runId), ["b", "a", "c", "later"]);
+  assert.equal(all.matching, 4);
+  assert.deepEqual(await jobs.list("dispatched"), { jobs: [], matching: 0 });
+  await assert.rejects(jobs.list("bogus" as "all"), (e: unknown) => e instanceof InvalidArgument);
+  assert.equal(typeof (await jobs.nowMs()), "number");
+});
