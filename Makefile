@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv test lint demo bench docs generate generate-functions clean
+.PHONY: venv test lint demo bench docs generate generate-functions generate-sync clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,12 @@ PYTEST_WORKERS ?= 3
 test: venv
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
+## Everything derived, never edited by hand (tests check each is current).
+generate: generate-functions generate-sync
+
 ## What is derived from sql/: pgstore/postgres/_functions.py, each function's call binding,
 ## SECURITY DEFINER and volatility, read from pg_proc after loading sql/ into a scratch schema
-## (rolled back) on PGSTORE_DSN, else an embedded server; a test checks it is current.
-generate: generate-functions
+## (rolled back) on PGSTORE_DSN, else an embedded server.
 
 generate-functions: venv
 	$(BIN)/python -m tests.support.generate_functions
@@ -30,10 +32,15 @@ generate-functions: venv
 ## ruff, mypy --strict, the import layer rules (lint-imports), and plpgsql_check on every PL/pgSQL function (needs a server with
 ## the extension: PGSTORE_LINT_DSN, default the local PostgreSQL 15 on 127.0.0.1:5432).
 lint: venv
-	$(BIN)/ruff check pgstore tests migrations examples
+	$(BIN)/ruff check pgstore tests migrations examples tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python tests/support/plpgsql_check.py
+
+## The sync modules (X.py) written from their asyncio sources (X_async.py), which are the
+## ones to edit: tools/async_to_sync.py; docs/python.md, how sync code is made.
+generate-sync: venv
+	$(BIN)/python tools/async_to_sync.py
 
 ## The main job: 3 schedulers and 3 dispatchers in their own processes, one frozen and one
 ## killed, checked from the database; embedded default or PGSTORE_DSN; PNG in demo-output/.

@@ -47,6 +47,7 @@ def test_demo_end_to_end(pgstore_database: str, tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert out.rstrip().endswith("all checks hold")
+    assert "to look at the store: pgstore web --schema pgstore_demo" in out
 
     width, height = _png_size((tmp_path / "leases.png").read_bytes())
     assert width > 1000 and height > 500

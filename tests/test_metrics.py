@@ -145,6 +145,12 @@ def test_the_counters_count_what_a_scheduler_and_a_dispatcher_did(
         claimed = count(ev.Claim, runtime, outcome="claimed")
         assert value(page, "pgstore_dispatch_lateness_seconds_count", runtime=runtime) \
             == claimed
+        # The split series: pieces claimed apart from the rounds that found nothing.
+        assert value(page, "pgstore_claimed_total", runtime=runtime) == claimed > 0
+        assert value(page, "pgstore_claim_rounds_empty_total", runtime=runtime) \
+            == count(ev.Claim, runtime, outcome="empty")
+        assert value(page, "pgstore_claim_errors_total", runtime=runtime) \
+            == count(ev.Claim, runtime, outcome="error")
     # What happened, independently of the events: the handlers' own record, the jobs.
     assert value(page, "pgstore_completes_total", runtime="scheduler", outcome="completed") \
         == len(ran)
@@ -418,7 +424,8 @@ def test_pgstore_run_serves_the_metrics_page(
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_dispatcher",
-             "--metrics-port", "0", "--metrics-addr", "127.0.0.1"],
+             "tests.support.cli_app:scheduler",  # both, side by side in one process
+             "--metrics-port", "0", "--metrics-addr", "127.0.0.1", "--store-gauges"],
             cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
             stderr=err, stdout=subprocess.DEVNULL)
     try:
@@ -448,13 +455,61 @@ def test_pgstore_run_serves_the_metrics_page(
     assert value(page, "pgstore_dispatch_lateness_seconds_count", runtime="dispatcher") == 4
     assert value(page, "pgstore_store_stats_up") == 1
     assert value(page, "pgstore_jobs", state="pending") == 1  # "later", read at the scrape
+    assert value(page, "pgstore_jobs", state="failed") == 0
     assert ("process_cpu_seconds_total", ()) in page  # the default registry's own
+    # The scheduler ran in the same process, on the same page.
+    assert value(page, "pgstore_claim_rounds_empty_total", runtime="scheduler") >= 0
+    assert ("pgstore_claimed_total", (("runtime", "scheduler"),)) in page
+    assert "running scheduler" in log_path.read_text()
+
+
+def test_only_the_process_told_reads_the_store_gauges(
+    pgstore_database: str, pgstore_schema: str, tmp_path: Path
+) -> None:
+    """Without --store-gauges, ``pgstore run`` serves its counters only (no store_stats()
+    read); ``pgstore exporter`` serves the gauges only."""
+    env = process_env(CLI_APP_DSN=pgstore_database, CLI_APP_SCHEMA=pgstore_schema)
+    where = ["--dsn", pgstore_database, "--schema", pgstore_schema]
+    for argv, gauges in (
+        (["run", "tests.support.cli_app:make_dispatcher", "--metrics-port", "0"], False),
+        (["exporter", *where, "--metrics-port", "0", "--stats-interval", "0.2"], True),
+    ):
+        log_path = tmp_path / f"{argv[0]}.log"
+        with log_path.open("wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "pgstore", *argv], cwd=REPO,
+                                    env=env, stderr=err, stdout=subprocess.DEVNULL)
+        try:
+            page: Samples = {}
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and proc.poll() is None:
+                found = re.search(r"metrics at (http://[\d.]+:\d+/metrics)",
+                                  log_path.read_text())
+                if found:
+                    page = scrape(found[1])
+                    if not gauges or ("pgstore_jobs", (("state", "failed"),)) in page:
+                        break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(15) == 0, log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        names = {name for name, _ in page}
+        assert page, log_path.read_text()
+        assert ("pgstore_store_stats_up" in names) is gauges, names
+        assert ("pgstore_jobs" in names) is gauges
+        assert ("pgstore_claimed_total" in names) is not gauges
+        if not gauges:  # a dispatcher's recalls exist at 0 before the first one
+            for reason in ("cancelled", "taken", "unrecorded"):
+                assert value(page, "pgstore_recalls_total", reason=reason, outcome="ok") == 0
 
 
 @pytest.mark.parametrize("args", [
     ["--metrics-port", "-1"], ["--metrics-port", "65536"], ["--metrics-port", "http"],
     ["--metrics-port", "0", "--stats-interval", "0"],
     ["--metrics-port", "0", "--stats-interval", "nan"],
+    ["--store-gauges"],  # without --metrics-port: nothing would serve them
 ])
 def test_pgstore_run_metrics_usage_errors(args: list[str]) -> None:
     done = subprocess.run(
@@ -497,6 +552,7 @@ def test_a_job_that_fails_for_good_is_counted_and_shown_as_failed(
     assert value(page, "pgstore_releases_total", outcome="released") == 1  # attempt 1 of 2
     assert value(page, "pgstore_releases_total", outcome="failed") == 1
     assert value(page, "pgstore_jobs_failed") == 1
+    assert value(page, "pgstore_jobs", state="failed") == 1  # the states add up to every job
     assert value(page, "pgstore_jobs", state="dispatched") == 1
     assert value(page, "pgstore_jobs", state="due") == 0  # a failed job is not due
 
@@ -558,7 +614,7 @@ def test_a_scrape_flood_delays_no_dispatch_and_costs_no_lease(
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_timed_dispatcher",
-             "--metrics-port", "0"],
+             "--metrics-port", "0", "--store-gauges"],
             cwd=REPO, env=process_env(CLI_APP_DSN=dsn, CLI_APP_SCHEMA=schema),
             stderr=err, stdout=subprocess.DEVNULL)
     stop = threading.Event()
@@ -626,7 +682,7 @@ def test_pgstore_run_stops_serving_before_it_closes_the_store(
     with log_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgstore", "run", "tests.support.cli_app:make_slow_closing_dispatcher",
-             "--metrics-port", "0"],
+             "--metrics-port", "0", "--store-gauges"],
             cwd=REPO, env=process_env(CLI_APP_DSN=pgstore_database,
                                       CLI_APP_SCHEMA=pgstore_schema),
             stderr=err, stdout=subprocess.DEVNULL)

@@ -1,6 +1,7 @@
-"""examples/typescript: the SQL functions driven from Node, next to a Python Dispatcher.
+"""examples/typescript: the TypeScript client driven from Node, next to a Python Dispatcher.
 
-The Node program (node-postgres) registers a schedule, claims it twice (the second
+The Node program (the @pgstore/client package of clients/typescript, over node-postgres;
+built first here) registers a schedule, claims it twice (the second
 claim after the first lease ran out), completes with the stale and then the current
 fencing token, and schedules a job due now. Everything is checked from the database,
 and the job must be dispatched by a Python Dispatcher whose poll interval is far longer
@@ -33,6 +34,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgstore import Dispatcher, PgJobStore, PgScheduleStore, migrate
 from pgstore.models import Job
+from tests.support.node import CLIENT, NodeProject
+
+#: With tests/test_typescript_client.py: both install and build clients/typescript, which
+#: two xdist workers must not do at once.
+pytestmark = pytest.mark.xdist_group("node_projects")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "typescript"
 INSTALLED = EXAMPLE / "node_modules" / ".pgstore-lock-sha256"
@@ -94,7 +100,12 @@ def _npm_install(npm: str) -> None:
 def _build(npm: str) -> None:
     """``tsc`` unless dist/ was built from exactly these sources and dependencies."""
     sources = sorted((EXAMPLE / "src").rglob("*.ts"))
+    # The package's declarations are compiled into the example too.
+    package = [p.relative_to(EXAMPLE.parent.parent) for p in sorted((CLIENT / "src").rglob("*.ts"))]
     digest = _digest(*sources, EXAMPLE / "tsconfig.json", EXAMPLE / "package-lock.json")
+    digest = hashlib.sha256(
+        digest.encode() + b"".join((EXAMPLE.parent.parent / p).read_bytes() for p in package)
+    ).hexdigest()
     if _stamped(BUILT, digest):
         return
     built = _run([npm, "run", "--silent", "build"], timeout=300)
@@ -106,6 +117,9 @@ def _build(npm: str) -> None:
 def example() -> list[str]:
     """The argv that runs the built example (installed and compiled when they changed)."""
     node, npm = _tool("node"), _tool("npm")
+    client = NodeProject(CLIENT)  # the package the example depends on (file:), built first
+    client.install()
+    client.build(["run", "--silent", "build"], sources=["src"])
     _npm_install(npm)
     _build(npm)
     return [node, str(EXAMPLE / "dist" / "main.js")]

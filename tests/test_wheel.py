@@ -112,6 +112,13 @@ def test_wheel_carries_sql_migrations_and_the_script(installed: Installed) -> No
     assert "pgstore/new_revision.py" not in names  # make revision: writes a clone's revisions
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "pgstore = pgstore.cli:main" in entry_points
+    # pgstore web's templates and stylesheet ship beside its code
+    console = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "pgstore" / "web").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert {"pgstore/web/templates/base.html", "pgstore/web/static/console.css"} <= console
+    assert console <= names
 
 
 def test_installed_package_is_self_contained(installed: Installed) -> None:

@@ -1,4 +1,5 @@
-"""``pgstore run MODULE:OBJECT``: find the app's Scheduler or Dispatcher, log, and run it.
+"""``pgstore run MODULE:OBJECT [MODULE:OBJECT ...]``: find the app's Scheduler and/or
+Dispatcher, log, and run them in one process (one event loop).
 
 ``MODULE`` is imported with the current directory first on ``sys.path`` (as
 ``python -m`` does); ``OBJECT`` is an attribute path in it (``scheduler``,
@@ -12,15 +13,22 @@ period, and abandons the rest (their leases expire). Then the runtime's store
 is closed (only a pool the store opened itself; borrowed connections and pools
 stay open) in the same event loop, which an asyncio store's pool needs.
 
-With ``metrics_port`` (``--metrics-port N``), the runtime's events are counted
-and ``store_stats()`` read (``pgstore.runtime.metrics``) into the default
-Prometheus registry, served at ``http://ADDR:N/metrics`` (ADDR: 127.0.0.1 unless
-``--metrics-addr`` asks for another) while the runtime runs. The gauges are read
-every ``stats_interval`` seconds (15 by default) by a thread of their own, on a
-connection of their own (never the runtime store's pool), for a sync and an
-asyncio store alike: a scrape serves the last reading and never reaches the
-database. At the end the HTTP server and that reader are closed first, then the
-store, so a late scrape never meets a closed pool.
+Several targets (a Scheduler and a Dispatcher, say) run side by side on one
+loop: one SIGTERM or SIGINT stops them all (``pgstore.runtime.signals``), and
+when one of them fails the others are stopped too.
+
+With ``metrics_port`` (``--metrics-port N``), the runtimes' events are counted
+(``pgstore.runtime.metrics``) into the default Prometheus registry, served at
+``http://ADDR:N/metrics`` (ADDR: 127.0.0.1 unless ``--metrics-addr`` asks for
+another) while they run. The store-wide gauges (``store_stats()``: jobs per
+state, the oldest due job, ...) are read only with ``store_gauges``
+(``--store-gauges``): they describe the store, not the process, so one process
+of the fleet reads them (or ``pgstore exporter``, which runs no runtime), not
+every one. They are read every ``stats_interval`` seconds (15 by default) by a
+thread of their own, on a connection of their own (never a runtime store's
+pool), for a sync and an asyncio store alike: a scrape serves the last reading
+and never reaches the database. At the end the HTTP server and that reader are
+closed first, then the stores, so a late scrape never meets a closed pool.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import Scheduler
 
 __all__ = ["LOG_FORMAT", "AppError", "MetricsOptions", "load_runtime", "logging_to_stderr",
-           "serve"]
+           "serve", "serve_gauges"]
 
 #: The interval of the store's gauges when ``--stats-interval`` is not given.
 STATS_INTERVAL = 15.0
@@ -188,11 +196,13 @@ async def _close(store: object) -> None:
 @dataclass(frozen=True)
 class MetricsOptions:
     """``--metrics-port``, ``--metrics-addr`` (``METRICS_ADDR``: this host only),
-    ``--stats-interval`` (None: ``STATS_INTERVAL``)."""
+    ``--stats-interval`` (None: ``STATS_INTERVAL``), ``--store-gauges`` (read
+    ``store_stats()`` in this process)."""
 
     port: int
     addr: str = METRICS_ADDR
     stats_interval: float | None = None
+    store_gauges: bool = False
 
 
 class _Metrics:
@@ -200,7 +210,8 @@ class _Metrics:
     read by their own reader (its own thread and connection), the HTTP server
     started; ``close()`` undoes it all, the server first."""
 
-    def __init__(self, runtime: AppRuntime, options: MetricsOptions) -> None:
+    def __init__(self, runtimes: list[AppRuntime], options: MetricsOptions,
+                 gauges_from: tuple[str, str] | None = None) -> None:
         try:
             from prometheus_client import REGISTRY, start_http_server
 
@@ -210,19 +221,23 @@ class _Metrics:
                            "pip install 'pgstore[metrics]'") from None
         self._registry = REGISTRY
         self._server: Any = None
-        counters = metrics.RuntimeMetrics(REGISTRY)
-        self._counters: metrics.RuntimeMetrics | None = counters
-        self._unsubscribe = counters.observe(runtime)
+        self._counters: metrics.RuntimeMetrics | None = None
+        self._unsubscribe: list[Any] = []
+        if runtimes:
+            counters = metrics.RuntimeMetrics(REGISTRY)
+            self._counters = counters
+            self._unsubscribe = [counters.observe(runtime) for runtime in runtimes]
         self._collector: metrics.StoreStatsCollector | None = None
         self._reader: metrics.StoreStatsReader | None = None
-        store = runtime.store
-        conninfo = getattr(store, "conninfo", None)
-        schema = getattr(store, "schema", None)
-        if callable(conninfo) and isinstance(schema, str) and hasattr(store, "stats"):
+        source = gauges_from
+        if source is None and options.store_gauges:
+            source = _gauge_source(runtimes)
+        if source is not None:
             self._collector = metrics.StoreStatsCollector()
             REGISTRY.register(self._collector)
             interval = STATS_INTERVAL if options.stats_interval is None else options.stats_interval
-            self._reader = metrics.StoreStatsReader(conninfo(), schema, self._collector, interval)
+            self._reader = metrics.StoreStatsReader(source[0], source[1], self._collector,
+                                                    interval)
             self._reader.start()
         try:
             self._server, _ = start_http_server(options.port, options.addr, REGISTRY)
@@ -230,7 +245,8 @@ class _Metrics:
             self.close()
             raise AppError(f"--metrics-port {options.port}: {exc}") from None
         host, port = self._server.server_address[:2]
-        log.info("metrics at http://%s:%d/metrics", host, port)
+        log.info("metrics at http://%s:%d/metrics%s", host, port,
+                 " (with the store's gauges)" if source is not None else "")
 
     def close(self) -> None:
         """Stop serving (a scrape under way finishes), then stop the gauges' reader and
@@ -246,33 +262,95 @@ class _Metrics:
             self._registry.unregister(self._collector)
             self._collector = None
         if self._counters is not None:
-            self._unsubscribe()
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
             self._counters.unregister()
             self._counters = None
 
 
-async def _run_then_close(runtime: AppRuntime, metrics: _Metrics | None) -> None:
+def _gauge_source(runtimes: list[AppRuntime]) -> tuple[str, str]:
+    """The conninfo and schema of the first runtime's store that can be read for
+    ``store_stats()`` (a PostgreSQL store); ``AppError`` when none can."""
+    for runtime in runtimes:
+        store = runtime.store
+        conninfo = getattr(store, "conninfo", None)
+        schema = getattr(store, "schema", None)
+        if callable(conninfo) and isinstance(schema, str) and hasattr(store, "stats"):
+            return conninfo(), schema
+    raise AppError("--store-gauges needs a runtime on a PostgreSQL store (none has one)")
+
+
+async def _run_then_close(runtimes: list[AppRuntime], metrics: _Metrics | None) -> None:
+    signals = threading.current_thread() is threading.main_thread()
+    tasks = [asyncio.create_task(r.run(handle_signals=signals)) for r in runtimes]
     try:
-        await runtime.run(handle_signals=threading.current_thread() is threading.main_thread())
+        # One failing stops the others (gracefully); the first failure is raised.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        if any(not t.cancelled() and t.exception() is not None for t in done):
+            for runtime in runtimes:
+                runtime.stop()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
     finally:
         # The metrics first: a scrape (or a read) after the store's close would meet a
         # closed pool.
         if metrics is not None:
             await asyncio.to_thread(metrics.close)
-        await _close(runtime.store)
+        closed: set[int] = set()
+        for runtime in runtimes:
+            if id(runtime.store) not in closed:
+                closed.add(id(runtime.store))
+                await _close(runtime.store)
 
 
-def serve(runtime: AppRuntime, target: str, metrics: MetricsOptions | None = None) -> None:
-    """Run ``runtime`` until SIGTERM / SIGINT, then close its store; with ``metrics``,
-    serve its Prometheus metrics meanwhile."""
-    log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime), target)
-    served = None if metrics is None else _Metrics(runtime, metrics)
+def serve(runtimes: AppRuntime | list[AppRuntime], target: str,
+          metrics: MetricsOptions | None = None) -> None:
+    """Run ``runtimes`` (one, or several side by side on one loop) until SIGTERM /
+    SIGINT, then close their stores; with ``metrics``, serve their Prometheus metrics
+    meanwhile (and the store's gauges with ``metrics.store_gauges``)."""
+    listed = runtimes if isinstance(runtimes, list) else [runtimes]
+    for runtime in listed:
+        log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime), target)
+    served = None if metrics is None else _Metrics(listed, metrics)
     try:
-        asyncio.run(_run_then_close(runtime, served))
+        asyncio.run(_run_then_close(listed, served))
     finally:
         if served is not None:
             served.close()
-    if runtime.abandoned:
+    if any(runtime.abandoned for runtime in listed):
         log.warning("stopped; work that outlived the grace period was abandoned")
     else:
         log.info("stopped")
+
+
+def serve_gauges(conninfo: str, schema: str, options: MetricsOptions) -> None:
+    """``pgstore exporter``: serve only the store's gauges (``store_stats()`` every
+    ``options.stats_interval`` seconds, on a connection of their own) until SIGTERM or
+    SIGINT. The schema must be at the migration head."""
+    import signal
+
+    from pgstore.postgres.schedules import PgScheduleStore
+
+    conn: Any
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        probe = PgScheduleStore(conn, schema=schema)
+        try:
+            probe.start()  # SchemaNotReady, saying what to run, when not at head
+        finally:
+            probe.close()
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    served = _Metrics([], options, gauges_from=(conninfo, schema))
+    log.info("serving the store gauges of schema %r until SIGTERM or SIGINT", schema)
+    try:
+        stop.wait()
+    finally:
+        served.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("stopped")

@@ -8,13 +8,21 @@
     pgstore downgrade [--dsn DSN] [--schema NAME] [--revision REV] [--client-role NAME|on|off]
                       [--yes]
     pgstore current   [--dsn DSN] [--schema NAME]
-    pgstore schedules [--dsn DSN] [--schema NAME]
-    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due | --failed] [--limit N]
-    pgstore retry     [--dsn DSN] [--schema NAME] RUN_ID [--at MS]
-    pgstore status    [--dsn DSN] [--schema NAME]
-    pgstore purge     [--dsn DSN] [--schema NAME] --older-than AGE [--batch N]
+    pgstore schedules [--dsn DSN] [--schema NAME] [--json] [--absolute] [--wide]
+    pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due | --leased | --failed]
+                      [--limit N] [--json] [--absolute] [--wide]
+    pgstore jobs cancel     RUN_ID [--dsn DSN] [--schema NAME]
+    pgstore jobs schedule   RUN_ID --at WHEN [--max-attempts N] [--dsn DSN] [--schema NAME]
+    pgstore jobs reschedule RUN_ID --at WHEN [--max-attempts N] [--dsn DSN] [--schema NAME]
+    pgstore jobs retry      RUN_ID... [--at WHEN] [--dsn DSN] [--schema NAME]
+    pgstore retry     (the same as pgstore jobs retry)
+    pgstore status    [--dsn DSN] [--schema NAME] [--json] [--absolute]
+    pgstore purge     [--dsn DSN] [--schema NAME] --older-than AGE [--batch N] [--dry-run]
+                      [--include-failed] [--yes]
     pgstore fence     [--dsn DSN] [--schema NAME] --after-restore [--promotions N]
-    pgstore run       MODULE:OBJECT [--log-level LEVEL]
+    pgstore run       MODULE:OBJECT... [--log-level LEVEL] [--metrics-port N [--store-gauges]]
+    pgstore exporter  [--dsn DSN] [--schema NAME] --metrics-port N
+    pgstore completion bash|zsh
 
 The database: ``--dsn`` (libpq conninfo or URI), else ``PGSTORE_DSN``, else
 the empty conninfo (libpq's ``PG*`` variables). The schema: ``--schema``, else
@@ -32,22 +40,26 @@ migrated through a host app's alembic history (no pgstore version table in it,
 ``pgstore.schema.history``) is reported by ``current`` from its own
 ``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
 
-The tables cut ids, owners, holders and worker ids (``…`` marks the cut) to fit
-the width: ``COLUMNS`` when set, else the terminal's when stdout is one; a pipe
-or a file gets every value whole.
+The tables cut owners, holders, worker ids and schedule ids in the middle and
+last errors at their end (``…`` marks the cut) to fit the width: ``COLUMNS``
+when set, else the terminal's when stdout is one; a pipe, a file or ``--wide``
+gets every value whole. Run ids are never cut (``pgstore.cli.format``).
 
-``schedules`` and ``jobs`` print a table; instants are epoch ms with their
-ISO-8601 UTC form, and leases and due times are judged against the database
-clock (``now_ms()``), not this host's. ``jobs`` lists every job, ordered by
+``schedules`` and ``jobs`` print a table; times are judged against the
+database clock (``now_ms()``), not this host's, and shown relative (``in 3m``,
+``12s late``, ``5m ago``), or as ISO-8601 UTC with ``--absolute``. ``--json``
+prints one JSON document instead (``pgstore.cli.output``). ``jobs`` lists every job, ordered by
 ``dispatch_at`` then ``run_id``, at most ``--limit`` of them (default 100,
 ``0``: all; a cut list ends with ``... N more``). ``--dispatched``: only
 dispatched jobs. ``--due``: only the jobs a lease
 could take now or once their lease expires: due (``dispatch_at <= now``), not
 dispatched, cancelled or failed, leased or not (the lease column shows who holds
-one). ``--failed``: only the failed jobs (out of attempts, not cancelled), with
-their last error. It is one call of ``job_list()``, which sends only the rows it prints and
-how many match in all; like every command, it needs only EXECUTE on the store's
-functions (the client role), never SELECT on its tables.
+one). ``--leased``: only the due jobs under a live lease (the ``due`` list, kept
+to the leased ones). ``--failed``: only the failed jobs (out of attempts, not
+cancelled), with their last error. It is one call of ``job_list()``, which
+sends only the rows it prints and how many match in all; like every command but
+``purge``, it needs only EXECUTE on the store's functions (the client role),
+never SELECT on its tables.
 
 ``status`` is the on-call view (``pgstore.cli.status``): every schedule's next
 run, last run, lease and how long it has been due and unclaimed, then the
@@ -55,17 +67,27 @@ number of jobs per state (pending, due, leased, dispatched, cancelled, failed)
 and the oldest due job's lag. Its dispatched, cancelled and failed counts scan
 the jobs table.
 
-``retry RUN_ID`` (one call of ``job_retry()``) puts a failed job back to
-waiting, its attempts reset, due at ``--at`` (epoch ms) or the database clock's
-now, and prints it; a job that is not failed (waiting, dispatched, cancelled)
-or missing is an error (status 1) and nothing changes.
+``jobs retry RUN_ID...`` (and ``retry``; one call of ``job_retry()`` each)
+puts failed jobs back to waiting, their attempts reset, due at ``--at`` or the
+database clock's now, and prints them; a job that is not failed (waiting,
+dispatched, cancelled) or missing is left as it is, named on stderr, and the
+exit status is 1. ``jobs cancel`` is one ``job_cancel()``; ``jobs schedule``
+adds a job (refusing a run id that exists); ``jobs reschedule`` moves a waiting
+job with ``job_schedule()`` and refuses one under a live lease and a
+dispatched, cancelled or failed one (docs/cli.md says why). ``WHEN``: ``now``,
+``+5m``, ``in 2h``, ``5m ago``, ISO-8601 with a zone, or epoch ms
+(``format.parse_when``).
 
-``purge --older-than AGE`` (``pgstore.cli.purge``) deletes the jobs that
-finished (dispatched, or cancelled before their dispatch) more than ``AGE``
-(``7d``, ``12h``, ``30m``, ...) before the database clock's now, ``--batch``
-at a time (default 1000), one progress line per batch on stderr and the total
-on stdout. Unlike the other commands it needs EXECUTE on ``job_purge``, which
-the client role does not have: run it as the schema's owner.
+``purge --older-than AGE`` (``pgstore.cli.purge``) deletes the jobs that were
+dispatched or cancelled more than ``AGE`` (``7d``, ``12h``, ``30m``, ...)
+before the database clock's now, ``--batch`` at a time (default 1000), one
+progress line per batch on stderr and the total on stdout. Failed jobs only
+with ``--include-failed`` (otherwise failed jobs older than the cutoff stop it:
+status 1, nothing deleted). It counts first; ``--dry-run`` prints the counts;
+on a terminal it asks for the schema's name, elsewhere it needs ``--yes``
+(status 2 without). Unlike the other commands it needs EXECUTE on
+``job_purge``, which the client role does not have, and SELECT on the jobs
+table for its counts: run it as the schema's owner.
 
 ``fence --after-restore`` (one call of ``fence_after_restore()``) lifts the
 store's token floor above every fencing token and lease sequence the lost server
@@ -79,11 +101,15 @@ timeline) before any worker connects. Like ``purge`` it needs what the client
 role lacks: run it as the schema's owner. On a standby it fails (status 1) and
 changes nothing.
 
-``run MODULE:OBJECT`` (``pgstore.cli.app``) imports ``MODULE`` (the current
-directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
+``run MODULE:OBJECT...`` (``pgstore.cli.app``) imports each ``MODULE`` (the
+current directory first on ``sys.path``) and runs its ``pgstore.Scheduler`` or
 ``pgstore.Dispatcher`` ``OBJECT`` (a dotted attribute path; or a zero-argument
-callable returning one) until SIGTERM or SIGINT, logging each event on one line
-to stderr. The object carries its store, so ``run`` takes no ``--dsn``.
+callable returning one), several side by side in one process, until SIGTERM or
+SIGINT, logging each event on one line to stderr. The object carries its store,
+so ``run`` takes no ``--dsn``. ``--store-gauges`` makes this process the one
+that reads ``store_stats()`` for the metrics; ``exporter`` serves those gauges
+alone. ``completion`` prints a shell completion script
+(``pgstore.cli.completion``).
 """
 
 from __future__ import annotations
@@ -99,23 +125,27 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pgstore._validate import BIGINT_MAX
+from pgstore._validate import BIGINT_MAX, INTEGER_MAX
 from pgstore.cli.format import (
     CUT_MARK,
     MIN_CUT,
     clip,
+    clip_middle,
     due_state,
     fitted,
     format_duration,
     format_instant,
     holder_lease_state,
+    iso_utc,
     job_lease_state,
+    job_phase,
     jobs_table,
     lease_state,
+    parse_when,
     schedules_table,
 )
 from pgstore.errors import PgStoreError
-from pgstore.models import JobFilter
+from pgstore.models import Job, JobFilter, JobPage
 from pgstore.schema.objects import DEFAULT_SCHEMA
 
 if TYPE_CHECKING:
@@ -126,6 +156,7 @@ __all__ = [
     "DEFAULT_JOB_LIMIT",
     "MIN_CUT",
     "clip",
+    "clip_middle",
     "due_state",
     "fitted",
     "format_duration",
@@ -248,6 +279,20 @@ def _cmd_current(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_json(document: object) -> None:
+    from pgstore.cli.output import dumps
+
+    print(dumps(document))
+
+
+def _header(schema: str, now: int) -> str:
+    return f"schema {schema!r}, database clock {iso_utc(now)}"
+
+
+def _width(args: argparse.Namespace) -> int | None:
+    return None if getattr(args, "wide", False) else output_width()
+
+
 def _cmd_schedules(args: argparse.Namespace) -> int:
     from pgstore.postgres.schedules import PgScheduleStore
 
@@ -262,11 +307,16 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
             now = store.now_ms()
         finally:
             store.close()
-    print(f"schema {args.schema!r}, database clock {format_instant(now)}")
+    if args.json:
+        from pgstore.cli.output import schedules_json
+
+        _print_json(schedules_json(args.schema, now, records))
+        return 0
+    print(_header(args.schema, now))
     if not records:
         print("no schedules")
         return 0
-    print(schedules_table(records, now, output_width()))
+    print(schedules_table(records, now, _width(args), args.absolute))
     return 0
 
 
@@ -287,43 +337,175 @@ def _job_store(args: argparse.Namespace) -> Iterator[PgJobStore]:
             store.close()
 
 
+def _selected(args: argparse.Namespace) -> str:
+    for name in ("dispatched", "due", "failed", "leased"):
+        if getattr(args, name, False):
+            return name
+    return "all"
+
+
+def _list_jobs(store: PgJobStore, selected: str, now: int, limit: int | None) -> JobPage:
+    """One ``job_list()`` call. ``leased`` has no filter of its own there: it reads the
+    ``due`` list (the pending index: waiting jobs only, every one of them, since the
+    limit applies after) and keeps the jobs under a live lease."""
+    if selected != "leased":
+        filter_: JobFilter = selected  # type: ignore[assignment]
+        return store.list_jobs(filter_, now, limit)
+    due = store.list_jobs("due", now, None).jobs
+    leased = [j for j in due if j.lease_until is not None and j.lease_until > now]
+    return JobPage(leased[:limit] if limit is not None else leased, len(leased))
+
+
 def _cmd_jobs(args: argparse.Namespace) -> int:
+    if args.action is not None:
+        status: int = args.action(args)
+        return status
     limit: int | None = args.limit or None  # 0: no limit
-    selected: JobFilter = (
-        "dispatched" if args.dispatched else "due" if args.due
-        else "failed" if args.failed else "all"
-    )
+    selected = _selected(args)
     with _job_store(args) as store:
         now = store.now_ms()
-        page = store.list_jobs(selected, now, limit)
+        page = _list_jobs(store, selected, now, limit)
     jobs, total = page.jobs, page.matching
-    print(f"schema {args.schema!r}, database clock {format_instant(now)}")
+    if args.json:
+        from pgstore.cli.output import jobs_json
+
+        _print_json(jobs_json(args.schema, now, selected, jobs, total))
+        return 0
+    print(_header(args.schema, now))
     if not jobs:
         which = "" if selected == "all" else f"{selected} "
         print(f"no {which}jobs")
         return 0
-    print(jobs_table(jobs, now, output_width()))
+    print(jobs_table(jobs, now, _width(args), absolute=args.absolute, wide=args.wide,
+                     errors=selected == "failed"))
     if total > len(jobs):
         print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
     return 0
 
 
+def _show_job(args: argparse.Namespace, what: str, job: Job, now: int) -> None:
+    """After a change: one line saying what happened, then the job (or its JSON)."""
+    if getattr(args, "json", False):
+        from pgstore.cli.output import instant, job_json
+
+        _print_json({"schema": args.schema, **instant("now", now), "result": what,
+                     "job": job_json(job, now)})
+        return
+    print(f"schema {args.schema!r}: job {job.run_id!r} {what}")
+    print(jobs_table([job], now, _width(args), absolute=getattr(args, "absolute", False),
+                     wide=getattr(args, "wide", False), errors=job.last_error is not None))
+
+
+def _resolve_at(args: argparse.Namespace, now: int) -> int | None:
+    if args.at is None:
+        return None
+    at, offset = args.at
+    value: int = at if at is not None else now + offset
+    if not 0 <= value <= BIGINT_MAX:
+        raise PgStoreError(f"--at is out of range (epoch ms {value})")
+    return value
+
+
 def _cmd_retry(args: argparse.Namespace) -> int:
     from pgstore.models import RetryResult
 
+    failures: list[str] = []
     with _job_store(args) as store:
-        answer = store.retry(args.run_id, args.at)
+        now = store.now_ms()
+        at = _resolve_at(args, now)
+        done: list[Job] = []
+        for run_id in args.run_ids:
+            answer = store.retry(run_id, at)
+            job = store.get(run_id)
+            if answer is RetryResult.MISSING or job is None:
+                failures.append(f"no job {run_id!r} in schema {args.schema!r}")
+            elif answer is RetryResult.NOT_FAILED:
+                failures.append(
+                    f"job {run_id!r} is not failed (it is {job.state}): "
+                    "nothing changed")
+            else:
+                done.append(job)
+    for job in done:
+        _show_job(args, "waits again, attempts reset", job, now)
+    if failures:
+        raise PgStoreError("; ".join(failures))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from pgstore.models import CancelResult
+
+    with _job_store(args) as store:
+        before = store.get(args.run_id)
+        answer = store.cancel(args.run_id)
         job = store.get(args.run_id)
         now = store.now_ms()
-    if answer is RetryResult.MISSING or job is None:
+    if answer is CancelResult.MISSING or job is None:
         raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
-    if answer is RetryResult.NOT_FAILED:
+    if answer is CancelResult.ALREADY_DISPATCHED:
         raise PgStoreError(
-            f"job {args.run_id!r} is not failed (it is {job.state}): nothing changed"
-        )
-    print(f"schema {args.schema!r}: job {args.run_id!r} waits again, attempts reset")
-    print(jobs_table([job], now, output_width()))
+            f"job {args.run_id!r} was already dispatched: nothing changed (recall the bot "
+            "instead)")
+    if before is not None and before.cancelled:
+        what = "was already cancelled: nothing changed"
+    elif job.lease_until is not None and job.lease_until > now:
+        what = (f"is cancelled; its live lease's holder ({job.lease_holder}) learns it when "
+                "it marks the job dispatched")
+    else:
+        what = "is cancelled"
+    _show_job(args, what, job, now)
     return 0
+
+
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    with _job_store(args) as store:
+        now = store.now_ms()
+        at = _resolve_at(args, now)
+        assert at is not None  # --at is required
+        if store.get(args.run_id) is not None:
+            raise PgStoreError(
+                f"job {args.run_id!r} exists in schema {args.schema!r}: nothing changed "
+                "(pgstore jobs reschedule moves a waiting job)")
+        store.schedule(args.run_id, at, args.max_attempts)
+        job = store.get(args.run_id)
+    assert job is not None
+    _show_job(args, "is scheduled", job, now)
+    return 0
+
+
+def _cmd_reschedule(args: argparse.Namespace) -> int:
+    with _job_store(args) as store:
+        now = store.now_ms()
+        at = _resolve_at(args, now)
+        assert at is not None  # --at is required
+        job = store.get(args.run_id)
+        if job is None:
+            raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
+        phase = job_phase(job, now)
+        if phase not in ("pending", "due"):
+            raise PgStoreError(_not_movable(args.run_id, job, phase))
+        store.schedule(args.run_id, at, args.max_attempts)
+        moved = store.get(args.run_id)
+    if moved is None:  # purged or removed meanwhile, then scheduled again by us
+        raise PgStoreError(f"job {args.run_id!r} vanished while it was moved")
+    after = job_phase(moved, now)
+    what = "is rescheduled" if after in ("pending", "due") else (
+        f"was {after} meanwhile: the new dispatch_at was written but moves nothing")
+    _show_job(args, what, moved, now)
+    return 0
+
+
+def _not_movable(run_id: str, job: Job, phase: str) -> str:
+    if phase == "leased":
+        return (f"job {run_id!r} is leased by {job.lease_holder} until "
+                f"{iso_utc(job.lease_until or 0)}: its dispatch may be under way, and "
+                "job_schedule would move only dispatch_at, not take the lease back: nothing "
+                "changed (cancel it, or wait for the lease to end)")
+    if phase == "failed":
+        return (f"job {run_id!r} is failed: job_schedule would not make it wait again, "
+                "nothing changed (pgstore jobs retry RUN_ID --at WHEN does)")
+    return (f"job {run_id!r} is {phase}: job_schedule would not make it wait again, "
+            "nothing changed")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -340,19 +522,52 @@ def _cmd_status(args: argparse.Namespace) -> int:
             stats = store.stats(now)
         finally:
             store.close()
-    print(status_text(args.schema, now, records, stats, output_width()))
+    if args.json:
+        from pgstore.cli.output import status_json
+
+        _print_json(status_json(args.schema, now, records, stats))
+        return 0
+    print(status_text(args.schema, now, records, stats, _width(args), args.absolute))
     return 0
 
 
 def _cmd_purge(args: argparse.Namespace) -> int:
-    from pgstore.cli.purge import purge_in_batches
+    from pgstore.cli.downgrade import NotConfirmed
+    from pgstore.cli.purge import (
+        confirm_purge,
+        jobs_count,
+        purge_counts,
+        purge_in_batches,
+        refusal,
+    )
 
     with _job_store(args) as store:
-        before = max(0, store.now_ms() - args.older_than)
+        now = store.now_ms()
+        before = max(0, now - args.older_than)
+        conn: psycopg.Connection[Any]
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            counts = purge_counts(conn, args.schema, before, now)
+        deletable = counts.deletable(args.include_failed)
+        summary = (f"schema {args.schema!r}: jobs finished before {iso_utc(before)}: "
+                   f"{counts.text(args.include_failed)}")
+        if args.dry_run:
+            print(summary)
+            print(f"dry run: would delete {jobs_count(deletable)}; nothing deleted")
+            return 0
+        if counts.failed and not args.include_failed:
+            raise PgStoreError(refusal(args.schema, counts, now))
+        if deletable == 0:
+            print(f"{summary}\nnothing to purge")
+            return 0
+        what = f"purging deletes {jobs_count(deletable)} of schema {args.schema!r} ({summary})"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise NotConfirmed(
+                    f"{what}; stdin is not a terminal, so pass --yes to go ahead "
+                    "(nothing deleted)")
+            confirm_purge(what, args.schema, sys.stdin, sys.stderr)
         total = purge_in_batches(store.purge, before, args.batch, sys.stderr)
-    print(
-        f"schema {args.schema!r}: purged {total} jobs finished before {format_instant(before)}"
-    )
+    print(f"schema {args.schema!r}: purged {jobs_count(total)} finished before {iso_utc(before)}")
     return 0
 
 
@@ -372,15 +587,32 @@ def _cmd_fence(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from pgstore.cli.completion import completion_script
+
+    print(completion_script(build_parser(), args.shell), end="")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pgstore.cli.app import MetricsOptions, load_runtime, logging_to_stderr, serve
 
     metrics = None
     if args.metrics_port is not None:
-        metrics = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval)
+        metrics = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval,
+                                 args.store_gauges)
     with logging_to_stderr(args.log_level):
-        runtime = load_runtime(args.target)
-        serve(runtime, args.target, metrics)
+        runtimes = [load_runtime(target) for target in args.targets]
+        serve(runtimes, " and ".join(args.targets), metrics)
+    return 0
+
+
+def _cmd_exporter(args: argparse.Namespace) -> int:
+    from pgstore.cli.app import MetricsOptions, logging_to_stderr, serve_gauges
+
+    options = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval, True)
+    with logging_to_stderr(args.log_level):
+        serve_gauges(args.dsn, args.schema, options)
     return 0
 
 
@@ -417,13 +649,27 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _epoch_ms(text: str) -> int:
+#: What ``--at`` takes (``format.parse_when``).
+WHEN_HELP = (
+    "now, +5m, 'in 2h', '5m ago' (from the database clock), an ISO-8601 instant with Z or "
+    "an offset (2024-05-01T12:00:00Z), or epoch ms"
+)
+
+
+def _when(text: str) -> tuple[int | None, int]:
+    try:
+        return parse_when(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _attempts(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if not 0 <= value <= BIGINT_MAX:
-        raise argparse.ArgumentTypeError(f"not an instant in epoch ms (0 or more): {text!r}")
+        value = 0
+    if not 0 < value <= INTEGER_MAX:
+        raise argparse.ArgumentTypeError(f"not a count of attempts (1 or more): {text!r}")
     return value
 
 
@@ -458,21 +704,30 @@ def _promotions(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (defaults read from the environment now)."""
-    from pgstore.cli.downgrade import drops_help
-
+def _common_options(default: str | None) -> argparse.ArgumentParser:
+    """The parent parser of ``--dsn`` and ``--schema``; their defaults read from the
+    environment now, unless ``default`` (``argparse.SUPPRESS``: a sub-action keeps what
+    its command parsed)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--dsn",
-        default=os.environ.get(DSN_VARIABLE, ""),
+        default=os.environ.get(DSN_VARIABLE, "") if default is None else default,
         help=f"libpq conninfo or URI (default: ${DSN_VARIABLE}, else libpq's PG* variables)",
     )
     common.add_argument(
         "--schema",
-        default=os.environ.get(SCHEMA_VARIABLE) or DEFAULT_SCHEMA,
+        default=(os.environ.get(SCHEMA_VARIABLE) or DEFAULT_SCHEMA) if default is None
+        else default,
         help=f"the store's schema (default: ${SCHEMA_VARIABLE}, else {DEFAULT_SCHEMA!r})",
     )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (defaults read from the environment now)."""
+    from pgstore.cli.downgrade import drops_help
+
+    common = _common_options(None)
 
     parser = argparse.ArgumentParser(
         prog=PROG, description="pgstore: a PostgreSQL lease store's schema and records."
@@ -536,21 +791,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     current.set_defaults(run=_cmd_current)
 
+    def views(sub: argparse.ArgumentParser, wide: bool = True) -> None:
+        sub.add_argument(
+            "--json", action="store_true",
+            help="print one JSON document (stable keys; instants as epoch ms and ISO UTC)")
+        sub.add_argument(
+            "--absolute", action="store_true",
+            help="show instants as ISO-8601 UTC (default: relative to the database clock)")
+        if wide:
+            sub.add_argument(
+                "--wide", action="store_true",
+                help="every column, nothing cut (default: cut to the terminal's width)")
+
     schedules = commands.add_parser(
         "schedules", parents=[common], help="list the schedule records and their leases"
     )
+    views(schedules)
     schedules.set_defaults(run=_cmd_schedules)
 
     jobs = commands.add_parser(
         "jobs",
         parents=[common],
-        help="list the jobs and their leases, by dispatch_at",
+        help="list the jobs (or cancel, schedule, reschedule, retry one)",
         description=(
-            "List the jobs of the schema's job store, ordered by dispatch_at then run_id: "
-            "run_id, dispatch_at (epoch ms and ISO UTC), how overdue or how far ahead, "
-            "the lease (holder, until, live or expired), dispatched, cancelled, failed, "
-            "attempts (leases so far/max_attempts), worker_id, last_error. "
-            "Times are judged against the database clock. Without a filter: every job."
+            "Without an action: list the jobs of the schema's job store, ordered by "
+            "dispatch_at then run_id: run_id (never cut), state (pending, due, leased, "
+            "dispatched, cancelled, failed), due (in 3m00s, 12s late, 5m00s ago), attempts "
+            "(leases so far/max_attempts), the lease holder and how long its lease has "
+            "left; --wide adds lease sequence, finished, worker_id and last_error. Times "
+            "are judged against the database clock. Without a filter: every job. The "
+            "actions take their own --dsn and --schema: pgstore jobs cancel RUN_ID --dsn DSN."
         ),
     )
     only = jobs.add_mutually_exclusive_group()
@@ -560,7 +830,8 @@ def build_parser() -> argparse.ArgumentParser:
     only.add_argument(
         "--failed",
         action="store_true",
-        help="only failed jobs (out of attempts, not cancelled): what 'pgstore retry' takes back",
+        help="only failed jobs (out of attempts, not cancelled), with their last error: "
+        "what 'pgstore jobs retry' takes back",
     )
     only.add_argument(
         "--due",
@@ -569,6 +840,11 @@ def build_parser() -> argparse.ArgumentParser:
             "only jobs waiting to be leased or sent: due (dispatch_at <= now), "
             "not dispatched, cancelled or failed, whether leased or not"
         ),
+    )
+    only.add_argument(
+        "--leased",
+        action="store_true",
+        help="only due jobs under a live lease (being dispatched now); reads every due job",
     )
     jobs.add_argument(
         "--limit",
@@ -580,28 +856,81 @@ def build_parser() -> argparse.ArgumentParser:
             "a cut list ends with '... M more'"
         ),
     )
-    jobs.set_defaults(run=_cmd_jobs)
+    views(jobs)
+    jobs.set_defaults(run=_cmd_jobs, action=None)
+    actions = jobs.add_subparsers(dest="job_action", metavar="ACTION", required=False)
+    # The actions' --dsn/--schema default to what came before the action (or its default).
+    quiet = _common_options(argparse.SUPPRESS)
+
+    cancel = actions.add_parser(
+        "cancel", parents=[quiet], help="cancel a job that was not dispatched",
+        description=(
+            "Cancel RUN_ID (one call of job_cancel()): a waiting or failed job is never "
+            "leased again; a job under a live lease is cancelled too, and its dispatcher "
+            "learns it when it marks the job dispatched (its bot is then recalled). Already "
+            "cancelled: nothing changes. A dispatched or missing job: exit status 1, "
+            "nothing changed."),
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    views(cancel)
+    cancel.set_defaults(action=_cmd_cancel)
+
+    schedule = actions.add_parser(
+        "schedule", parents=[quiet], help="add a job, due at --at",
+        description=(
+            "Add the job RUN_ID, due at --at (one call of job_schedule()), with at most "
+            "--max-attempts leases (default: the store's default_max_attempts). A job that "
+            "exists already: exit status 1, nothing changed (reschedule moves one)."),
+    )
+    schedule.add_argument("run_id", metavar="RUN_ID")
+    schedule.add_argument("--at", type=_when, required=True, metavar="WHEN", help=WHEN_HELP)
+    schedule.add_argument("--max-attempts", type=_attempts, metavar="N",
+                          help="lease it at most N times (default: the store's default)")
+    views(schedule)
+    schedule.set_defaults(action=_cmd_schedule)
+
+    reschedule = actions.add_parser(
+        "reschedule", parents=[quiet], help="move a waiting job to --at",
+        description=(
+            "Move the waiting job RUN_ID (pending or due, no live lease) to --at, through "
+            "job_schedule() on the existing job: only dispatch_at changes (and max_attempts "
+            "with --max-attempts); attempts, lease sequence and last error are kept. A job "
+            "under a live lease is refused (job_schedule would move its dispatch_at but not "
+            "take its lease back: the dispatch may be under way); so are dispatched, "
+            "cancelled and failed jobs, which job_schedule would not make wait again (retry "
+            "revives a failed one). Refused or missing: exit status 1, nothing changed."),
+    )
+    reschedule.add_argument("run_id", metavar="RUN_ID")
+    reschedule.add_argument("--at", type=_when, required=True, metavar="WHEN", help=WHEN_HELP)
+    reschedule.add_argument("--max-attempts", type=_attempts, metavar="N",
+                            help="also set its max_attempts to N")
+    views(reschedule)
+    reschedule.set_defaults(action=_cmd_reschedule)
+
+    def retry_arguments(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="a failed job's run id")
+        sub.add_argument(
+            "--at", type=_when, default=None, metavar="WHEN",
+            help=f"when it is due again (default: now, the database clock); {WHEN_HELP}")
+        views(sub)
+
+    retry_text = (
+        "Put each failed job RUN_ID (out of attempts: see 'pgstore jobs --failed') back to "
+        "waiting, due at --at or now (the database clock), with its attempts reset to 0; "
+        "its last_error is kept until a release replaces it. One call of job_retry() per "
+        "job, granted to the client role. A job that is not failed (waiting, dispatched or "
+        "cancelled) or missing is left as it is, the others are retried, and the exit "
+        "status is 1.")
+    job_retry = actions.add_parser(
+        "retry", parents=[quiet], help="put failed jobs back to waiting, attempts reset",
+        description=retry_text)
+    retry_arguments(job_retry)
+    job_retry.set_defaults(action=_cmd_retry)
 
     retry = commands.add_parser(
-        "retry",
-        parents=[common],
-        help="put a failed job back to waiting, its attempts reset",
-        description=(
-            "Put the failed job RUN_ID (out of attempts: see 'pgstore jobs --failed') back "
-            "to waiting, due at --at or now (the database clock), with its attempts reset "
-            "to 0; its last_error is kept until a release replaces it. A job that is not "
-            "failed (waiting, dispatched or cancelled) or missing: exit status 1, nothing "
-            "changed. One call of job_retry(), granted to the client role."
-        ),
-    )
-    retry.add_argument("run_id", metavar="RUN_ID", help="the failed job's run id")
-    retry.add_argument(
-        "--at",
-        type=_epoch_ms,
-        default=None,
-        metavar="MS",
-        help="when it is due again, in epoch ms (default: now, the database clock)",
-    )
+        "retry", parents=[common], help="the same as 'pgstore jobs retry'",
+        description=retry_text)
+    retry_arguments(retry)
     retry.set_defaults(run=_cmd_retry)
 
     status = commands.add_parser(
@@ -609,30 +938,39 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="the on-call view: schedules due, leased and late; jobs per state",
         description=(
-            "Per schedule: next run (relative and ISO UTC), last status and how long ago "
-            "it ran, fencing token, lease (holder, live or expired, until), and how long it "
-            "has been due and unclaimed. Then the jobs per state: pending (not due yet), "
-            "due (leasable now), leased (live lease, not dispatched), dispatched, cancelled "
-            "(never dispatched), failed (out of attempts), and the oldest due job's lag. "
-            "Times are judged against the database clock. Cost: the waiting states read "
-            "only the pending-jobs index; "
+            "Per schedule: next run, last status and how long ago it ran, fencing token, "
+            "lease (holder, live or expired, until), and how long it has been due and "
+            "unclaimed. Then the jobs per state: pending (not due yet), due (leasable now), "
+            "leased (live lease, not dispatched), dispatched, cancelled (never dispatched), "
+            "failed (out of attempts), and the oldest due job's lag. Times are judged "
+            "against the database clock, relative unless --absolute. Cost: the waiting "
+            "states read only the pending-jobs index; "
             "the dispatched, cancelled and failed counts scan the jobs table (about 0.1 s per "
             "million jobs)."
         ),
     )
+    views(status)
     status.set_defaults(run=_cmd_status)
 
     purge = commands.add_parser(
         "purge",
         parents=[common],
-        help="delete jobs that finished longer ago than --older-than, in batches",
+        help="delete dispatched and cancelled jobs that finished longer ago than "
+        "--older-than (failed ones only with --include-failed)",
         description=(
-            "Delete the jobs that finished (dispatched, or cancelled before their dispatch) "
-            "more than AGE before the database clock's now, by calls of job_purge of N jobs "
+            "Delete the jobs that were dispatched or cancelled more than AGE before the "
+            "database clock's now (their finished_at), by calls of job_purge of N jobs "
             "each, until one deletes fewer than N. Waiting jobs and jobs whose lease is live "
             "are never deleted; rows held locked at that moment are left for the next run. "
+            "Failed jobs (out of attempts, not cancelled) are deleted only with "
+            "--include-failed: job_purge cannot spare them, so without it a failed job "
+            "that finished before the cutoff stops the purge (exit status 1, nothing "
+            "deleted). First it counts what it would delete, per state; --dry-run prints "
+            "that and deletes nothing. On a terminal it then asks you to type the schema "
+            "name; otherwise it needs --yes (without it: exit status 2, nothing deleted). "
             "One progress line per batch on stderr, the total on stdout. Needs EXECUTE on "
-            "job_purge (not granted to the client role): run it as the schema's owner."
+            "job_purge and SELECT on the jobs table (for the counts): run it as the "
+            "schema's owner."
         ),
     )
     purge.add_argument(
@@ -648,6 +986,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         metavar="N",
         help="jobs deleted per call (per transaction; default: 1000)",
+    )
+    purge.add_argument(
+        "--include-failed", action="store_true",
+        help="delete failed jobs (dead letters) that finished before the cutoff too",
+    )
+    purge.add_argument(
+        "--dry-run", action="store_true",
+        help="print how many jobs per state it would delete, and delete nothing",
+    )
+    purge.add_argument(
+        "--yes", action="store_true", help="go ahead without asking",
     )
     purge.set_defaults(run=_cmd_purge)
 
@@ -689,13 +1038,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fence.set_defaults(run=_cmd_fence)
 
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script (bash or zsh)",
+        description=(
+            "Print the completion script for SHELL, generated from this command's own "
+            "parser: source <(pgstore completion bash) in ~/.bashrc, or "
+            "source <(pgstore completion zsh) in ~/.zshrc."),
+    )
+    from pgstore.cli.completion import SHELLS
+
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
+    completion.set_defaults(run=_cmd_completion)
+
     run = commands.add_parser(
         "run",
-        help="run an app's Scheduler or Dispatcher until SIGTERM or SIGINT",
+        help="run an app's Scheduler and/or Dispatcher until SIGTERM or SIGINT",
         description=(
             "Import MODULE (the current directory first on sys.path, as python -m does) "
             "and run OBJECT, a dotted attribute path naming a pgstore.Scheduler or "
             "pgstore.Dispatcher, or a zero-argument callable (a factory) returning one. "
+            "Several MODULE:OBJECT (a Scheduler and a Dispatcher) run side by side in this "
+            "one process; one failing stops the others. "
             "SIGTERM or SIGINT stops claiming; running work gets the runtime's grace "
             "period, then the store is closed and the exit status is 0. Claims, runs, "
             "completions, leases, dispatches, recalls, releases and lost leases are logged "
@@ -703,7 +1066,10 @@ def build_parser() -> argparse.ArgumentParser:
             "no --dsn or --schema here."
         ),
     )
-    run.add_argument("target", metavar="MODULE:OBJECT", help="e.g. myapp.tasks:scheduler")
+    run.add_argument(
+        "targets", nargs="+", metavar="MODULE:OBJECT",
+        help="e.g. myapp.tasks:scheduler; several (myapp.tasks:scheduler "
+        "myapp.tasks:dispatcher) run side by side in this one process")
     run.add_argument(
         "--log-level",
         type=str.upper,
@@ -729,10 +1095,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--stats-interval",
         type=_seconds,
         metavar="SECONDS",
-        help="read the store_stats() gauges every SECONDS (default: 15), on a connection of "
-        "their own; a scrape serves the last reading and never reaches the database",
+        help="with --store-gauges: read the store_stats() gauges every SECONDS (default: 15), "
+        "on a connection of their own; a scrape serves the last reading and never reaches "
+        "the database",
+    )
+    run.add_argument(
+        "--store-gauges",
+        action="store_true",
+        help="also read and serve the store-wide gauges (store_stats(): jobs per state, "
+        "oldest due job, ...): give it to ONE process of the fleet, or run "
+        "'pgstore exporter' instead, so N processes do not read them N times",
     )
     run.set_defaults(run=_cmd_run)
+    from pgstore.cli.web import add_command as add_web  # pgstore web: the console
+
+    add_web(commands, common)
+
+    exporter = commands.add_parser(
+        "exporter",
+        parents=[common],
+        help="serve only the store-wide Prometheus gauges (store_stats()), no runtime",
+        description=(
+            "Serve the store's gauges (pgstore_jobs{state}, pgstore_schedules{state}, the "
+            "oldest due job and schedule, ...) at http://ADDR:N/metrics, read every "
+            "--stats-interval seconds on one connection of its own, until SIGTERM or "
+            "SIGINT. Run one per store: the runtimes' own metrics (pgstore run "
+            "--metrics-port) then carry only their counters. Needs EXECUTE on store_stats "
+            "(the client role has it)."),
+    )
+    exporter.add_argument("--metrics-port", type=_port, required=True, metavar="N",
+                          help="serve at http://ADDR:N/metrics (0: any free port, logged)")
+    exporter.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                          help="the address (default: 127.0.0.1, this host only)")
+    exporter.add_argument("--stats-interval", type=_seconds, metavar="SECONDS",
+                          help="read store_stats() every SECONDS (default: 15)")
+    exporter.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                          help="the least severe level logged (default: INFO)")
+    exporter.set_defaults(run=_cmd_exporter)
     return parser
 
 
@@ -779,6 +1178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "store_gauges", False) and args.metrics_port is None:
+            parser.error("run: --store-gauges needs --metrics-port")
     except SystemExit as exc:  # --help, or a usage error (already printed)
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)

@@ -1,10 +1,11 @@
 """``pgstore status``: one view of a store for the on-call engineer.
 
 Every time is judged against one reading of the database clock (``now_ms()``),
-taken before the records are read.
+taken before the records are read, and shown in one form: relative (``in 42s``,
+``3m10s ago``) by default, ISO-8601 UTC with ``absolute`` (``--absolute``).
 
 **Schedules**, by id (``schedule_list()``): when the next run is (``in 42s`` or
-``overdue 3m10s``, and the ISO UTC instant), the last run's status and how long
+``overdue 3m10s``), the last run's status and how long
 ago it started (with how many runs in a row failed, from two on), the fencing
 token, the lease (holder, live or expired, until when), and how long the record
 has been due and unclaimed.
@@ -43,7 +44,8 @@ own under the table, ``<id>: spec does not parse: <reason>``, and is counted in
 the summary: a scheduler cannot compute its next run.
 
 Given a ``width``, the table's ids and lease holders, and the lines that name a
-schedule or a job, are cut to fit it (``cli.fitted``, ``cli.clip``).
+schedule, are cut in the middle to fit it (``cli.format.fitted``,
+``cli.format.clip_middle``); the oldest due job's run id is never cut.
 """
 
 from __future__ import annotations
@@ -54,13 +56,15 @@ from pgstore._validate import BIGINT_MAX
 from pgstore.cli.format import (
     MIN_CUT,
     NULL,
-    _until,
+    _ahead,
+    _text,
     clip,
+    clip_middle,
     fitted,
     format_duration,
-    format_instant,
     holder_lease_state,
     iso_utc,
+    short_duration,
 )
 from pgstore.models import ScheduleRecord, StoreStats
 from pgstore.runtime.occurrences import CronSpec
@@ -82,26 +86,32 @@ def _live(holder_until: int | None, now_ms: int) -> bool:
     return holder_until is not None and holder_until > now_ms
 
 
-def next_run_state(record: ScheduleRecord, now_ms: int) -> str:
-    """``in 42s (ISO)``; ``overdue 3m10s (ISO)`` (due, no live lease) or ``due 3m10s ago
-    (ISO)`` (due and running under a live lease); ``none (one-shot ran)`` for a tombstone."""
+def next_run_state(record: ScheduleRecord, now_ms: int, absolute: bool = False) -> str:
+    """``in 42s``; ``overdue 3m10s`` (due, no live lease) or ``due 3m10s ago`` (due and
+    running under a live lease); ``none (one-shot ran)`` for a tombstone. Absolute: the
+    ISO UTC instant, followed by `` (overdue)`` or `` (due)`` when it has passed."""
     at = record.next_run_at
     if at is None:
         return "none (one-shot ran)"
+    leased = _live(record.lease_until, now_ms)
+    if absolute:
+        if at > now_ms:
+            return iso_utc(at)
+        return f"{iso_utc(at)} ({'due' if leased else 'overdue'})"
     if at > now_ms:
-        return f"in {_until(at - now_ms)} ({iso_utc(at)})"
-    late = format_duration(now_ms - at)
-    if _live(record.lease_until, now_ms):
-        return f"due {late} ago ({iso_utc(at)})"
+        return f"in {_ahead(at - now_ms)}"
+    late = short_duration(now_ms - at)
+    if leased:
+        return f"due {late} ago"
     if at == now_ms:
-        return f"due now ({iso_utc(at)})"
-    return f"overdue {late} ({iso_utc(at)})"
+        return "due now"
+    return f"overdue {late}"
 
 
-def last_run_state(record: ScheduleRecord, now_ms: int) -> str:
+def last_run_state(record: ScheduleRecord, now_ms: int, absolute: bool = False) -> str:
     """``ok 12s ago`` / ``error 3m00s ago`` / ``error (4 in a row) 10s ago``
     (``last_run_at`` is when the run started; the count from two consecutive failures on);
-    ``-`` when it never ran."""
+    absolute: ``ok at ISO``; ``-`` when it never ran."""
     if record.last_status is None and record.last_run_at is None:
         return NULL
     status: str = record.last_status or "?"
@@ -109,9 +119,11 @@ def last_run_state(record: ScheduleRecord, now_ms: int) -> str:
         status = f"error ({record.consecutive_failures} in a row)"
     if record.last_run_at is None:
         return status
+    if absolute:
+        return f"{status} at {iso_utc(record.last_run_at)}"
     if record.last_run_at > now_ms:  # written by a clock ahead of the database's
-        return f"{status} in {_until(record.last_run_at - now_ms)}"
-    return f"{status} {format_duration(now_ms - record.last_run_at)} ago"
+        return f"{status} in {_ahead(record.last_run_at - now_ms)}"
+    return f"{status} {short_duration(now_ms - record.last_run_at)} ago"
 
 
 def unclaimed_for(record: ScheduleRecord, now_ms: int) -> int | None:
@@ -126,10 +138,13 @@ def unclaimed_for(record: ScheduleRecord, now_ms: int) -> int | None:
 
 
 def schedule_status_table(
-    records: Sequence[ScheduleRecord], now_ms: int, width: int | None = None
+    records: Sequence[ScheduleRecord],
+    now_ms: int,
+    width: int | None = None,
+    absolute: bool = False,
 ) -> str:
     """The records as an aligned table with ``SCHEDULE_COLUMNS``, in the given order; ids and
-    lease holders cut to fit ``width`` characters (``cli.fitted``)."""
+    lease holders cut in the middle to fit ``width`` characters (``cli.format.fitted``)."""
 
     def rows(limit: int | None) -> list[tuple[str, ...]]:
         out: list[tuple[str, ...]] = []
@@ -137,11 +152,11 @@ def schedule_status_table(
             waiting = unclaimed_for(r, now_ms)
             out.append(
                 (
-                    clip(r.id, limit),
-                    next_run_state(r, now_ms),
-                    last_run_state(r, now_ms),
+                    clip_middle(r.id, limit),
+                    next_run_state(r, now_ms, absolute),
+                    last_run_state(r, now_ms, absolute),
                     str(r.fencing_token),
-                    holder_lease_state(r.lease_owner, r.lease_until, now_ms, limit),
+                    holder_lease_state(r.lease_owner, r.lease_until, now_ms, limit, absolute),
                     NULL if waiting is None else format_duration(waiting),
                 )
             )
@@ -182,7 +197,7 @@ def _spec_lines(records: Sequence[ScheduleRecord], width: int | None) -> list[st
         problem = spec_problem(r)
         if problem is not None:
             # The id keeps at most a third of the line; the reason gets the rest.
-            head = clip(r.id, None if width is None else max(MIN_CUT, width // 3))
+            head = clip_middle(r.id, None if width is None else max(MIN_CUT, width // 3))
             lines.append(_fit_line(f"{head}: spec does not parse: ", problem, "", width))
     return lines
 
@@ -204,7 +219,7 @@ def _schedule_summary(records: Sequence[ScheduleRecord], now_ms: int) -> str:
 # --- jobs -----------------------------------------------------------------------
 
 
-def _jobs_summary(stats: StoreStats, now_ms: int, width: int | None = None) -> str:
+def _jobs_summary(stats: StoreStats, now_ms: int, absolute: bool = False) -> str:
     expired = stats.jobs_due_expired_lease
     recalled = stats.jobs_recalled
     rows = [
@@ -215,7 +230,7 @@ def _jobs_summary(stats: StoreStats, now_ms: int, width: int | None = None) -> s
         ("dispatched", str(stats.jobs_dispatched),
          "sent" + (f" ({recalled} cancelled meanwhile: bot recalled)" if recalled else "")),
         ("cancelled", str(stats.jobs_cancelled), "never dispatched"),
-        ("failed", str(stats.jobs_failed), "out of attempts (pgstore retry RUN_ID)"),
+        ("failed", str(stats.jobs_failed), "out of attempts (pgstore jobs retry RUN_ID)"),
     ]
     digits = max(len(n) for _, n, _ in rows)
     lines = [f"jobs: {stats.jobs}"]
@@ -223,9 +238,10 @@ def _jobs_summary(stats: StoreStats, now_ms: int, width: int | None = None) -> s
     if stats.oldest_due_job_id is None or stats.oldest_due_job_at is None:
         lines.append("oldest due job: none")
     else:
+        # The run id whole, to paste into another command.
         lag = format_duration(max(0, now_ms - stats.oldest_due_job_at))
-        after = f", {lag} late (dispatch_at {format_instant(stats.oldest_due_job_at)})"
-        lines.append(_fit_line("oldest due job: ", stats.oldest_due_job_id, after, width))
+        at = f" (dispatch_at {iso_utc(stats.oldest_due_job_at)})" if absolute else ""
+        lines.append(f"oldest due job: {_text(stats.oldest_due_job_id)}, {lag} late{at}")
     return "\n".join(lines)
 
 
@@ -235,17 +251,19 @@ def status_text(
     records: Sequence[ScheduleRecord],
     stats: StoreStats,
     width: int | None = None,
+    absolute: bool = False,
 ) -> str:
     """The whole ``pgstore status`` output (without the final newline); the values that
-    name schedules and jobs cut to fit ``width`` characters (None: never cut)."""
-    parts = [f"schema {schema!r}, database clock {format_instant(now_ms)}", ""]
+    name schedules cut to fit ``width`` characters (None: never cut); times relative to
+    ``now_ms`` (``absolute``: ISO UTC)."""
+    parts = [f"schema {schema!r}, database clock {iso_utc(now_ms)}", ""]
     if records:
         parts += [
             _schedule_summary(records, now_ms),
-            schedule_status_table(records, now_ms, width),
+            schedule_status_table(records, now_ms, width, absolute),
             *_spec_lines(records, width),
         ]
     else:
         parts.append("schedules: none")
-    parts += ["", _jobs_summary(stats, now_ms, width)]
+    parts += ["", _jobs_summary(stats, now_ms, absolute)]
     return "\n".join(parts)

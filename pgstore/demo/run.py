@@ -146,6 +146,9 @@ class Demo:
               f"{self.out / 'metrics'}/")
         self.save_final_metrics()
         print(f"the trace stays in schema {TRACE_SCHEMA} (events, runs) until the next run")
+        print(f"to look at the store: pgstore web --schema {STORE_SCHEMA} (the web extra)"
+              if os.environ.get("PGSTORE_DSN") else "the embedded server stops with the demo; "
+              "with PGSTORE_DSN set the store stays, for pgstore web to look at")
         checks = _demo_report.checks(story)
         print()
         print(_demo_report.verdict(checks))

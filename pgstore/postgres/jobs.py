@@ -1,50 +1,27 @@
-"""The PostgreSQL job stores (docs/contract.md, the job store): sync and asyncio.
+# generated from pgstore/postgres/jobs_async.py by tools/async_to_sync.py;
+# edit pgstore/postgres/jobs_async.py and run `make generate`.
+"""The PostgreSQL job store (docs/contract.md, the job store), for threads.
 
-Each method is one call of one SQL function (see ``pgstore.postgres.job_calls``); the two
-classes differ only in how they send it. Durable stores have no ``forget``:
-they keep their records (``remove`` deletes one job).
+Each method is one call of one SQL function (see ``pgstore.postgres.job_calls``). Durable
+stores have no ``forget``: they keep their records (``remove`` deletes one job).
+Written once, in ``pgstore.postgres.jobs_async``: ``make generate`` writes the sync
+store, ``pgstore.postgres.jobs``, from it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
 from pgstore.postgres import job_calls as calls
-from pgstore.postgres.listen import JobListener
-from pgstore.postgres.store import AsyncStore, SyncStore
+from pgstore.postgres.jobs_async import AsyncPgJobStore
+from pgstore.postgres.listen import Listens
+from pgstore.postgres.store import SyncStore
 
 __all__ = ["AsyncPgJobStore", "PgJobStore"]
 
 
-class _Listens:
-    """What both job stores offer a runtime: the ``WakeupSource`` protocol."""
-
-    @property
-    def schema(self) -> str:
-        raise NotImplementedError
-
-    def conninfo(self) -> str:
-        raise NotImplementedError
-
-    def job_wakeups(
-        self,
-        wake: Callable[[], None],
-        horizon: float,
-        *,
-        log: logging.Logger,
-        name: str,
-        conninfo: str | None = None,
-        on_connection: Callable[[str | None], None] | None = None,
-    ) -> JobListener:
-        """A ``JobListener`` on ``conninfo``, else this store's database (the
-        ``WakeupSource`` protocol, ``pgstore.protocols``): not yet started."""
-        return JobListener(conninfo or self.conninfo(), self.schema, wake, horizon, log, name,
-                           on_connection)
-
-
-class PgJobStore(SyncStore, _Listens):
+class PgJobStore(SyncStore, Listens):
     """Delayed dispatch with holder leases in PostgreSQL, for threads.
 
     Each method is one call of the SQL function it names, one round trip. Times are
@@ -52,7 +29,9 @@ class PgJobStore(SyncStore, _Listens):
     ``InvalidArgument`` and change nothing.
     """
 
-    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+    def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
         """Add the job, due at ``dispatch_at``, with at most ``max_attempts`` leases (None:
         the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it); an
         existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given).
@@ -195,90 +174,5 @@ class PgJobStore(SyncStore, _Listens):
         and not None) in one statement: one answer per job, in the order given.
         SQL: ``job_renew_many``."""
         return self._runner.run(
-            calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
-        )
-
-
-class AsyncPgJobStore(AsyncStore, _Listens):
-    """Delayed dispatch with holder leases in PostgreSQL, for asyncio: ``PgJobStore``'s
-    contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
-
-    async def schedule(
-        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
-    ) -> None:
-        return await self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
-
-    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
-        return await self._runner.run(calls.lease(holder, now, ttl_ms))
-
-    async def renew(
-        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
-        lease_sequence: int | None = None,
-    ) -> bool:
-        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
-
-    async def mark_dispatched(
-        self, run_id: str, holder: str, worker_id: str | None,
-        lease_sequence: int | None = None,
-    ) -> MarkResult:
-        return await self._runner.run(
-            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
-        )
-
-    async def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
-        error: str | None = None,
-    ) -> bool:
-        return await self._runner.run(
-            calls.release(run_id, holder, retry_at, lease_sequence, error)
-        )
-
-    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
-        return await self._runner.run(calls.retry(run_id, dispatch_at))
-
-    async def list_failed(self, limit: int | None = None) -> list[Job]:
-        return await self._runner.run(calls.list_failed(limit))
-
-    async def cancel(self, run_id: str) -> CancelResult:
-        return await self._runner.run(calls.cancel(run_id))
-
-    async def get(self, run_id: str) -> Job | None:
-        return await self._runner.run(calls.get(run_id))
-
-    async def list_dispatched(self) -> list[Job]:
-        return await self._runner.run(calls.list_dispatched())
-
-    async def list_jobs(
-        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
-    ) -> JobPage:
-        return await self._runner.run(calls.list_jobs(filter, now, limit))
-
-    async def remove(self, run_id: str) -> None:
-        return await self._runner.run(calls.remove(run_id))
-
-    async def purge(self, before: int, limit: int) -> int:
-        return await self._runner.run(calls.purge(before, limit))
-
-    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
-        return await self._runner.run(calls.schedule_many(run_ids, dispatch_at))
-
-    async def lease_many(
-        self, holder: str, now: int | None, ttl_ms: int, limit: int
-    ) -> list[Job]:
-        return await self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
-
-    async def mark_dispatched_many(
-        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> list[MarkResult]:
-        return await self._runner.run(
-            calls.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
-        )
-
-    async def renew_many(
-        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> list[bool]:
-        return await self._runner.run(
             calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
         )

@@ -246,3 +246,30 @@ class JobListener:
                 "time (the latest: %.40r); anyone who can connect can NOTIFY",
                 self.name, self.schema, self.ignored - self._ignored_logged, payload)
             self._ignored_logged, self._ignored_log_at = self.ignored, now
+
+
+class Listens:
+    """What both PostgreSQL job stores offer a runtime: the ``WakeupSource`` protocol
+    (``pgstore.protocols``), a mixin of the store classes."""
+
+    @property
+    def schema(self) -> str:
+        raise NotImplementedError
+
+    def conninfo(self) -> str:
+        raise NotImplementedError
+
+    def job_wakeups(
+        self,
+        wake: Callable[[], None],
+        horizon: float,
+        *,
+        log: logging.Logger,
+        name: str,
+        conninfo: str | None = None,
+        on_connection: Callable[[str | None], None] | None = None,
+    ) -> JobListener:
+        """A ``JobListener`` on ``conninfo``, else this store's database (the
+        ``WakeupSource`` protocol, ``pgstore.protocols``): not yet started."""
+        return JobListener(conninfo or self.conninfo(), self.schema, wake, horizon, log, name,
+                           on_connection)

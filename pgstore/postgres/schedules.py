@@ -1,7 +1,10 @@
-"""The PostgreSQL schedule stores (docs/contract.md, the schedule store): sync and asyncio.
+# generated from pgstore/postgres/schedules_async.py by tools/async_to_sync.py;
+# edit pgstore/postgres/schedules_async.py and run `make generate`.
+"""The PostgreSQL schedule store (docs/contract.md, the schedule store), for threads.
 
-Each method is one call of one SQL function (see ``pgstore.postgres.schedule_calls``); the two
-classes differ only in how they send it.
+Each method is one call of one SQL function (see ``pgstore.postgres.schedule_calls``).
+Written once, in ``pgstore.postgres.schedules_async``: ``make generate`` writes the
+sync store, ``pgstore.postgres.schedules``, from it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pgstore.models import (
     ScheduleRecord,
 )
 from pgstore.postgres import schedule_calls as calls
-from pgstore.postgres.store import AsyncStore, SyncStore
+from pgstore.postgres.schedules_async import AsyncPgScheduleStore
+from pgstore.postgres.store import SyncStore
 
 __all__ = ["AsyncPgScheduleStore", "PgScheduleStore"]
 
@@ -90,53 +94,3 @@ class PgScheduleStore(SyncStore):
         """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given).
         SQL: ``schedule_claim_next``."""
         return self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
-
-
-class AsyncPgScheduleStore(AsyncStore):
-    """Durable scheduled tasks in PostgreSQL, for asyncio: ``PgScheduleStore``'s
-    contract, with an ``AsyncConnection`` or ``AsyncConnectionPool`` as source."""
-
-    async def get(self, id: str) -> ScheduleRecord | None:
-        return await self._runner.run(calls.get(id))
-
-    async def register(
-        self,
-        id: str,
-        kind: ScheduleKind,
-        spec: str,
-        next_run_at: int | None,
-        now: int | None = None,
-        catch_up: CatchUp = "once",
-    ) -> ScheduleRecord:
-        return await self._runner.run(
-            calls.register(id, kind, spec, next_run_at, now, catch_up)
-        )
-
-    async def claim_due(
-        self, id: str, owner: str, now: int | None, lease_ms: int
-    ) -> ClaimResult | None:
-        return await self._runner.run(calls.claim_due(id, owner, now, lease_ms))
-
-    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
-        return await self._runner.run(calls.renew(id, fencing_token, lease_until))
-
-    async def complete(
-        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
-    ) -> bool:
-        return await self._runner.run(calls.complete(id, fencing_token, patch, now))
-
-    async def delete(self, id: str) -> None:
-        return await self._runner.run(calls.delete(id))
-
-    async def list(self) -> builtins.list[ScheduleRecord]:
-        return await self._runner.run(calls.list_all())
-
-    async def claim_next(
-        self,
-        owner: str,
-        now: int | None,
-        lease_ms: int,
-        limit: int,
-        ids: Sequence[str] | None = None,
-    ) -> builtins.list[ClaimResult]:
-        return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))

@@ -1,28 +1,35 @@
-"""What every PostgreSQL store shares: its runner, ``start()``, ``close()``.
+# generated from pgstore/postgres/store_async.py by tools/async_to_sync.py;
+# edit pgstore/postgres/store_async.py and run `make generate`.
+"""What every PostgreSQL store shares: its runner, ``start()``, ``close()``, for threads.
 
-The store classes add one method per SQL function on top of these.
+The store classes add one method per SQL function on top of these. Written once, in
+``pgstore.postgres.store_async``: ``make generate`` writes ``pgstore.postgres.store``
+from it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TypeVar
 
 from pgstore.errors import SchemaNotReady
 from pgstore.models import Fence, StoreStats
 from pgstore.postgres import common_calls as common
-from pgstore.postgres.runner import AsyncRunner, AsyncSource, SyncRunner, SyncSource
+from pgstore.postgres.runner import SyncRunner, SyncSource
+from pgstore.postgres.store_async import AsyncStore
 from pgstore.schema.objects import DEFAULT_SCHEMA
 from pgstore.schema.startup import migrate, needs_migration
 
+__all__ = ["AsyncStore", "SyncStore"]
+
 _Sync = TypeVar("_Sync", bound="SyncStore")
-_Async = TypeVar("_Async", bound="AsyncStore")
 
 
 class SyncStore:
-    """A store over a sync source: conninfo (own pool), ``Connection`` or ``ConnectionPool``.
+    """A store over a sync source: conninfo (own pool), ``Connection`` or
+    ``ConnectionPool``.
 
-    A context manager: ``with PgScheduleStore(dsn) as store:`` starts it and closes it.
+    A context manager: ``with PgScheduleStore(dsn) as store:`` starts it and
+    closes it.
     """
 
     def __init__(
@@ -37,12 +44,12 @@ class SyncStore:
         first call (``start()`` checks the schema).
 
         ``source`` is a conninfo string (the store keeps a small pool of its own, 1 to 8
-        autocommit connections: ``close()`` it), a psycopg ``Connection`` (used as it
-        is: with autocommit off, calls join your transaction and you commit; threads
-        sharing a store on it take turns; the store keeps a cursor per statement on it,
-        made at the statement's first call, so adapters registered on the connection
-        later do not reach its calls) or a ``ConnectionPool`` (each call borrows a
-        connection).
+        autocommit connections: ``close()`` it), a psycopg ``Connection`` (used as
+        it is: with autocommit off, calls join your transaction and you commit; threads
+        or tasks sharing a store on it take turns; the store keeps a cursor per
+        statement on it, made at the statement's first call, so adapters registered on
+        the connection later do not reach its calls) or a pool, ``ConnectionPool`` (each call
+        borrows a connection).
 
         ``auto_migrate=True``: ``start()`` migrates the schema to the head instead of
         refusing (concurrent starts are serialised by an advisory lock).
@@ -118,67 +125,3 @@ class SyncStore:
         ``promotions`` outside 0 to 1024 raises ``InvalidArgument`` before any call.
         SQL: ``fence_after_restore``."""
         return self._runner.run(common.fence_after_restore(promotions))
-
-
-class AsyncStore:
-    """A store over an asyncio source: conninfo (own pool), ``AsyncConnection`` or
-    ``AsyncConnectionPool``; ``SyncStore``'s contract, ``prepare`` included.
-
-    An async context manager: ``async with AsyncPgJobStore(dsn) as store:``.
-    """
-
-    def __init__(
-        self,
-        source: AsyncSource,
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        auto_migrate: bool = False,
-        prepare: bool | None = None,
-    ) -> None:
-        """As ``SyncStore``'s, with an ``AsyncConnection`` or ``AsyncConnectionPool`` (or a
-        conninfo string) as ``source``; tasks sharing a store on one connection take
-        turns."""
-        self._runner = AsyncRunner(source, schema, prepare)
-        self._auto_migrate = auto_migrate
-
-    @property
-    def schema(self) -> str:
-        """The schema whose functions this store calls."""
-        return self._runner.schema
-
-    def conninfo(self) -> str:
-        """A conninfo string reaching the store's database (for a LISTEN connection, or a
-        migration), whatever the store was given: a conninfo, a connection or a pool."""
-        return self._runner.conninfo()
-
-    async def start(self) -> None:
-        """See ``SyncStore.start``."""
-        try:
-            revision: str | None = await self._runner.run(common.schema_revision())
-        except SchemaNotReady:
-            revision = None
-        if needs_migration(self.schema, revision, self._auto_migrate):
-            await asyncio.to_thread(migrate, self._runner.conninfo(), self.schema)
-
-    async def close(self) -> None:
-        """See ``SyncStore.close``."""
-        await self._runner.close()
-
-    async def __aenter__(self: _Async) -> _Async:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def now_ms(self) -> int:
-        """The database clock in epoch ms."""
-        return await self._runner.run(common.now_ms())
-
-    async def stats(self, now: int | None = None) -> StoreStats:
-        """See ``SyncStore.stats``."""
-        return await self._runner.run(common.store_stats(now))
-
-    async def fence_after_restore(self, promotions: int = common.DEFAULT_PROMOTIONS) -> Fence:
-        """``SyncStore.fence_after_restore``."""
-        return await self._runner.run(common.fence_after_restore(promotions))

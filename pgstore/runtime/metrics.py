@@ -28,8 +28,9 @@ Wiring into an application's own registry::
     reader.start()          # ... reader.close() at shutdown, before the store's close
 
 ``pgstore run --metrics-port N`` does the same on the default registry and
-serves it (``prometheus_client.start_http_server``). docs/metrics.md lists every
-series.
+serves it (``prometheus_client.start_http_server``); the gauges only with
+``--store-gauges`` (one process of the fleet), or from ``pgstore exporter``.
+docs/metrics.md lists every series; docs/alerts.yml holds the alert rules.
 """
 
 from __future__ import annotations
@@ -96,7 +97,16 @@ class RuntimeMetrics:
 
         self.claims = counter(
             "claims", "Claims by outcome: claimed (per piece), empty (a round that found "
-            "nothing due), error (the claim call raised).", ("runtime", "outcome"))
+            "nothing due), error (the claim call raised). Mixes pieces and rounds: kept for "
+            "compatibility; claimed_total, claim_rounds_empty_total and "
+            "claim_errors_total split it.", ("runtime", "outcome"))
+        self.claimed = counter(
+            "claimed", "Pieces claimed: schedules claimed (scheduler), jobs leased "
+            "(dispatcher).", ("runtime",))
+        self.claim_rounds_empty = counter(
+            "claim_rounds_empty", "Claim rounds that found nothing due.", ("runtime",))
+        self.claim_errors = counter(
+            "claim_errors", "Claim rounds whose store call raised.", ("runtime",))
         self.renews = counter(
             "renews", "Lease renews by outcome: renewed, refused, error.",
             ("runtime", "outcome"))
@@ -140,6 +150,9 @@ class RuntimeMetrics:
         (an alert on the rate of a series that does not exist yet never fires)."""
         for outcome in ("claimed", "empty", "error"):
             self.claims.labels(runtime, outcome)
+        self.claimed.labels(runtime)
+        self.claim_rounds_empty.labels(runtime)
+        self.claim_errors.labels(runtime)
         for outcome in ("renewed", "refused", "error"):
             self.renews.labels(runtime, outcome)
         for outcome in ("completed", "rejected", "failed"):
@@ -162,13 +175,17 @@ class RuntimeMetrics:
             self.releases.labels(outcome)
         for outcome in ("ok", "error"):
             self.purges.labels(outcome)
+        for reason in ("cancelled", "taken", "unrecorded"):
+            for outcome in ("ok", "error", "none"):
+                self.recalls.labels(reason, outcome)
 
     def unregister(self) -> None:
         """Take every series of this instance out of its registry (a later
         ``RuntimeMetrics`` may register the names again)."""
         if self._registry is None:
             return
-        for metric in (self.claims, self.renews, self.completes, self.refusals,
+        for metric in (self.claims, self.claimed, self.claim_rounds_empty, self.claim_errors,
+                       self.renews, self.completes, self.refusals,
                        self.leases_lost, self.recalls, self.releases, self.connection_losses,
                        self.reconnects, self.purges, self.purged, self.lateness, self.handler):
             self._registry.unregister(metric)
@@ -185,9 +202,14 @@ class RuntimeMetrics:
         r = event.runtime
         if isinstance(event, ev.Claim):
             self.claims.labels(r, event.outcome).inc()
-            if event.outcome == "claimed" and event.now is not None \
-                    and event.due_at is not None:
-                self.lateness.labels(r).observe(max(0, event.now - event.due_at) / 1000)
+            if event.outcome == "empty":
+                self.claim_rounds_empty.labels(r).inc()
+            elif event.outcome == "error":
+                self.claim_errors.labels(r).inc()
+            else:
+                self.claimed.labels(r).inc()
+                if event.now is not None and event.due_at is not None:
+                    self.lateness.labels(r).observe(max(0, event.now - event.due_at) / 1000)
         elif isinstance(event, ev.HandlerRun):
             self.handler.labels(r, event.outcome).observe(event.duration_s)
         elif isinstance(event, ev.Renew):
@@ -274,7 +296,8 @@ class StoreStatsCollector(Collector):
             "done (one-shots run), all.", labels=["state"])
         jobs = GaugeMetricFamily(
             p + "jobs", "Jobs by state at the reading: pending (not yet due), due (due, no "
-            "live lease: what a lease would take), leased, dispatched, cancelled.",
+            "live lease: what a lease would take), leased, dispatched, cancelled, failed "
+            "(out of attempts); the states add up to every job.",
             labels=["state"])
         expired = GaugeMetricFamily(p + "jobs_due_expired_lease",
                                     "Due jobs whose last lease expired undispatched.")
@@ -282,7 +305,8 @@ class StoreStatsCollector(Collector):
                                      "Dispatched jobs cancelled meanwhile (bots recalled).")
         failed = GaugeMetricFamily(p + "jobs_failed",
                                    "Jobs that failed for good: their last attempt spent "
-                                   "(pgstore retry revives one).")
+                                   "(pgstore jobs retry revives one); the same as "
+                                   "pgstore_jobs{state=\"failed\"}, kept for compatibility.")
         job_age = GaugeMetricFamily(
             p + "oldest_due_job_age_seconds",
             "Seconds the oldest due job has waited past its dispatch_at (0: none due).")
@@ -309,7 +333,8 @@ class StoreStatsCollector(Collector):
         for state, count in (("pending", stats.jobs_pending), ("due", stats.jobs_due),
                              ("leased", stats.jobs_leased),
                              ("dispatched", stats.jobs_dispatched),
-                             ("cancelled", stats.jobs_cancelled)):
+                             ("cancelled", stats.jobs_cancelled),
+                             ("failed", stats.jobs_failed)):
             jobs.add_metric([state], count)
         expired.add_metric([], stats.jobs_due_expired_lease)
         recalled.add_metric([], stats.jobs_recalled)

@@ -80,3 +80,24 @@ def job_gauges(
         jobs_cancelled=cancelled, jobs_failed=failed, oldest_due_job_id=oldest_due_job_id,
         oldest_due_job_at=oldest_due_job_at,
     )
+
+
+def on_a_terminal(argv: list[str], typed: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run ``argv`` with stdin on a pseudo-terminal where ``typed`` has been typed:
+    (exit status, stdout, stderr)."""
+    import subprocess
+
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        os.close(slave)
+        slave = -1
+        os.write(master, typed.encode())
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if slave != -1:
+            os.close(slave)
+        os.close(master)
+    return proc.returncode, out, err

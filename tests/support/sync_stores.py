@@ -3,32 +3,24 @@
 A sync store is used as it is. An asyncio store's calls run to completion on
 the test's own event loop (``loop.run_until_complete``), one call at a time,
 so a test reads the same whichever kind it runs against.
+
+The adapters hold no code per method, like ``pgstore.runtime.stores`` (the mirror
+of this module): a Protocol method read on one is the asyncio store's method run on
+the loop, made at its first read and kept. The tests are typed against the sync
+Protocols (what ``sync_job_store`` answers), never against the adapters.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import inspect
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, cast
 
-from pgstore import (
-    CancelResult,
-    CatchUp,
-    ClaimResult,
-    CompletePatch,
-    Job,
-    MarkResult,
-    RetryResult,
-    ScheduleKind,
-    ScheduleRecord,
-)
 from pgstore.protocols import AsyncJobStore, AsyncScheduleStore, JobStore, ScheduleStore
+from pgstore.runtime.stores import protocol_methods
 
 __all__ = ["LoopJobStore", "LoopScheduleStore", "sync_job_store", "sync_schedule_store"]
-
-T = TypeVar("T")
 
 
 def _is_async(store: object) -> bool:
@@ -52,144 +44,42 @@ def sync_job_store(store: JobStore | AsyncJobStore, loop: asyncio.AbstractEventL
 
 
 class _OnLoop:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    """A sync store over an asyncio one: each call of a method of ``METHODS`` run to
+    completion on ``loop``; any other name is not there (``AttributeError``)."""
+
+    METHODS: frozenset[str] = frozenset()
+
+    def __init__(self, store: object, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
         self._loop = loop
 
-    def _run(self, call: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run_until_complete(call)
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        # Only for a name not found on the adapter: the first read of each method.
+        if name not in self.METHODS:
+            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        method = getattr(self.store, name)
+        run = self._loop.run_until_complete
+
+        def on_loop(*args: Any, **kwargs: Any) -> Any:
+            return run(method(*args, **kwargs))
+
+        setattr(self, name, on_loop)
+        return on_loop
 
 
 class LoopScheduleStore(_OnLoop):
     """A ``ScheduleStore`` over an ``AsyncScheduleStore``: each call run on ``loop``."""
 
+    METHODS = protocol_methods(ScheduleStore)
+
     def __init__(self, store: AsyncScheduleStore, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.store = store
-
-    def start(self) -> None:
-        self._run(self.store.start())
-
-    def now_ms(self) -> int:
-        return self._run(self.store.now_ms())
-
-    def get(self, id: str) -> ScheduleRecord | None:
-        return self._run(self.store.get(id))
-
-    def register(
-        self,
-        id: str,
-        kind: ScheduleKind,
-        spec: str,
-        next_run_at: int | None,
-        now: int | None = None,
-        catch_up: CatchUp = "once",
-    ) -> ScheduleRecord:
-        return self._run(self.store.register(id, kind, spec, next_run_at, now, catch_up))
-
-    def claim_due(
-        self, id: str, owner: str, now: int | None, lease_ms: int
-    ) -> ClaimResult | None:
-        return self._run(self.store.claim_due(id, owner, now, lease_ms))
-
-    def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
-        return self._run(self.store.renew(id, fencing_token, lease_until))
-
-    def complete(
-        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
-    ) -> bool:
-        return self._run(self.store.complete(id, fencing_token, patch, now))
-
-    def delete(self, id: str) -> None:
-        self._run(self.store.delete(id))
-
-    def list(self) -> builtins.list[ScheduleRecord]:
-        return self._run(self.store.list())
-
-    def claim_next(
-        self,
-        owner: str,
-        now: int | None,
-        lease_ms: int,
-        limit: int,
-        ids: Sequence[str] | None = None,
-    ) -> builtins.list[ClaimResult]:
-        return self._run(self.store.claim_next(owner, now, lease_ms, limit, ids))
+        super().__init__(store, loop)
 
 
 class LoopJobStore(_OnLoop):
     """A ``JobStore`` over an ``AsyncJobStore``: each call run on ``loop``."""
 
+    METHODS = protocol_methods(JobStore)
+
     def __init__(self, store: AsyncJobStore, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.store = store
-
-    def start(self) -> None:
-        self._run(self.store.start())
-
-    def now_ms(self) -> int:
-        return self._run(self.store.now_ms())
-
-    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
-        self._run(self.store.schedule(run_id, dispatch_at, max_attempts))
-
-    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
-        return self._run(self.store.lease(holder, now, ttl_ms))
-
-    def renew(
-        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
-        lease_sequence: int | None = None,
-    ) -> bool:
-        return self._run(self.store.renew(run_id, holder, now, ttl_ms, lease_sequence))
-
-    def mark_dispatched(
-        self, run_id: str, holder: str, worker_id: str | None,
-        lease_sequence: int | None = None,
-    ) -> MarkResult:
-        return self._run(self.store.mark_dispatched(run_id, holder, worker_id, lease_sequence))
-
-    def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
-        error: str | None = None,
-    ) -> bool:
-        return self._run(self.store.release(run_id, holder, retry_at, lease_sequence, error))
-
-    def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
-        return self._run(self.store.retry(run_id, dispatch_at))
-
-    def list_failed(self, limit: int | None = None) -> list[Job]:
-        return self._run(self.store.list_failed(limit))
-
-    def cancel(self, run_id: str) -> CancelResult:
-        return self._run(self.store.cancel(run_id))
-
-    def get(self, run_id: str) -> Job | None:
-        return self._run(self.store.get(run_id))
-
-    def list_dispatched(self) -> list[Job]:
-        return self._run(self.store.list_dispatched())
-
-    def remove(self, run_id: str) -> None:
-        self._run(self.store.remove(run_id))
-
-    def purge(self, before: int, limit: int) -> int:
-        return self._run(self.store.purge(before, limit))
-
-    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
-        self._run(self.store.schedule_many(run_ids, dispatch_at))
-
-    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
-        return self._run(self.store.lease_many(holder, now, ttl_ms, limit))
-
-    def mark_dispatched_many(
-        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> list[MarkResult]:
-        return self._run(
-            self.store.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
-        )
-
-    def renew_many(
-        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> list[bool]:
-        return self._run(self.store.renew_many(run_ids, holder, now, ttl_ms, lease_sequences))
+        super().__init__(store, loop)

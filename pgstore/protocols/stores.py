@@ -1,22 +1,16 @@
-"""The store interfaces: what the runtime, the listener and the conformance suites rely on.
+# generated from pgstore/protocols/stores_async.py by tools/async_to_sync.py;
+# edit pgstore/protocols/stores_async.py and run `make generate`.
+"""The store interfaces of ``pgstore.protocols``: ``ScheduleStore``, ``JobStore``.
 
-Every store kind implements one of these: ``PgScheduleStore`` and
-``MemoryScheduleStore`` are ``ScheduleStore``s, ``AsyncPgScheduleStore`` is an
-``AsyncScheduleStore``; likewise for jobs. They are typing Protocols: a store
-of your own needs no base class, only these methods with these meanings.
-
-Times are epoch milliseconds; ``now=None`` means the store's clock
-(``now_ms()``, the database's for a PostgreSQL store). Bad arguments raise
-``InvalidArgument`` and change nothing.
+Written once, in ``pgstore.protocols.stores_async``: ``make generate`` writes the sync
+ones, ``pgstore.protocols.stores``, from it (docs/python.md, how sync code is made).
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import logging
-from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol
 
 from pgstore.models import (
     CancelResult,
@@ -29,11 +23,9 @@ from pgstore.models import (
     ScheduleKind,
     ScheduleRecord,
 )
+from pgstore.protocols.stores_async import AsyncJobStore, AsyncScheduleStore
 
-__all__ = [
-    "AsyncJobStore", "AsyncScheduleStore", "JobStore", "JobWakeups", "ScheduleStore",
-    "WakeupSource",
-]
+__all__ = ["AsyncJobStore", "AsyncScheduleStore", "JobStore", "ScheduleStore"]
 
 
 class ScheduleStore(Protocol):
@@ -91,49 +83,6 @@ class ScheduleStore(Protocol):
         """Claim up to ``limit`` due, unleased records, earliest first (only ``ids``)."""
 
 
-class AsyncScheduleStore(Protocol):
-    """``ScheduleStore`` for asyncio: the same methods, awaited."""
-
-    async def start(self) -> None: ...
-
-    async def now_ms(self) -> int: ...
-
-    async def get(self, id: str) -> ScheduleRecord | None: ...
-
-    async def register(
-        self,
-        id: str,
-        kind: ScheduleKind,
-        spec: str,
-        next_run_at: int | None,
-        now: int | None = None,
-        catch_up: CatchUp = "once",
-    ) -> ScheduleRecord: ...
-
-    async def claim_due(
-        self, id: str, owner: str, now: int | None, lease_ms: int
-    ) -> ClaimResult | None: ...
-
-    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool: ...
-
-    async def complete(
-        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
-    ) -> bool: ...
-
-    async def delete(self, id: str) -> None: ...
-
-    async def list(self) -> builtins.list[ScheduleRecord]: ...
-
-    async def claim_next(
-        self,
-        owner: str,
-        now: int | None,
-        lease_ms: int,
-        limit: int,
-        ids: Sequence[str] | None = None,
-    ) -> builtins.list[ClaimResult]: ...
-
-
 class JobStore(Protocol):
     """Delayed dispatch with holder leases (sync)."""
 
@@ -143,7 +92,9 @@ class JobStore(Protocol):
     def now_ms(self) -> int:
         """The store's clock."""
 
-    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+    def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
         """Add the job with at most ``max_attempts`` leases (None: the store default), or
         move only its ``dispatch_at`` (and ``max_attempts``, when given)."""
 
@@ -218,100 +169,3 @@ class JobStore(Protocol):
         lease_sequences: Sequence[int | None] | None = None,
     ) -> builtins.list[bool]:
         """``renew`` for each job: one answer per job, in the order given."""
-
-
-class AsyncJobStore(Protocol):
-    """``JobStore`` for asyncio: the same methods, awaited."""
-
-    async def start(self) -> None: ...
-
-    async def now_ms(self) -> int: ...
-
-    async def schedule(
-        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
-    ) -> None: ...
-
-    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None: ...
-
-    async def renew(
-        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
-        lease_sequence: int | None = None,
-    ) -> bool: ...
-
-    async def mark_dispatched(
-        self, run_id: str, holder: str, worker_id: str | None,
-        lease_sequence: int | None = None,
-    ) -> MarkResult: ...
-
-    async def release(
-        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
-        error: str | None = None,
-    ) -> bool: ...
-
-    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult: ...
-
-    async def list_failed(self, limit: int | None = None) -> list[Job]: ...
-
-    async def cancel(self, run_id: str) -> CancelResult: ...
-
-    async def get(self, run_id: str) -> Job | None: ...
-
-    async def list_dispatched(self) -> list[Job]: ...
-
-    async def remove(self, run_id: str) -> None: ...
-
-    async def purge(self, before: int, limit: int) -> int: ...
-
-    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None: ...
-
-    async def lease_many(
-        self, holder: str, now: int | None, ttl_ms: int, limit: int
-    ) -> builtins.list[Job]: ...
-
-    async def mark_dispatched_many(
-        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> builtins.list[MarkResult]: ...
-
-    async def renew_many(
-        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
-        lease_sequences: Sequence[int | None] | None = None,
-    ) -> builtins.list[bool]: ...
-
-
-class JobWakeups(Protocol):
-    """Wake-ups for an idle runtime: once ``start()``ed (on the running loop) it calls
-    the ``wake`` it was made with when a job may be due, until ``stop()``. A wake-up is
-    only a hint: the runtime still leases through the store, and keeps polling.
-    ``listening`` is set while the wake-ups can arrive (for a LISTEN: while listening)."""
-
-    @property
-    def listening(self) -> asyncio.Event: ...
-
-    def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-@runtime_checkable
-class WakeupSource(Protocol):
-    """A store that can wake a runtime when a job may be due. The PostgreSQL stores
-    are (a LISTEN on ``job_channel()``, ``pgstore.postgres.listen``); a store that is
-    not (the memory stores) leaves the runtime to its poll.
-
-    ``job_wakeups`` makes (does not start) wake-ups calling ``wake()``, coalesced,
-    with no timer for a job due more than ``horizon`` seconds ahead (the poll comes
-    first); ``conninfo`` LISTENs there instead of on the store's own database;
-    ``on_connection`` hears ``None`` each time it listens and the error (one line)
-    each time its connection is lost; ``log`` and ``name`` are for its log lines."""
-
-    def job_wakeups(
-        self,
-        wake: Callable[[], None],
-        horizon: float,
-        *,
-        log: logging.Logger,
-        name: str,
-        conninfo: str | None = None,
-        on_connection: Callable[[str | None], None] | None = None,
-    ) -> JobWakeups: ...

@@ -1,0 +1,184 @@
+/**
+ * What the scenarios cannot say: bigints past 2^53, the app's transactions on its
+ * own client, the error classes, start(), and the connection types accepted.
+ */
+
+import { strict as assert } from "node:assert";
+import { after, before, beforeEach, test } from "node:test";
+
+import pg from "pg";
+
+import {
+  InvalidArgument,
+  JobNotRemovable,
+  PgJobStore,
+  PgScheduleStore,
+  ReadOnlyServer,
+  SchemaNotReady,
+  UnsafeInteger,
+  type Queryable,
+} from "../src/index.js";
+import { DSN, Q, SCHEMA, jobsState, pool, reset } from "./helpers.js";
+
+const TWO_53 = 2n ** 53n;
+let owner: pg.Pool;
+let jobs: PgJobStore;
+let schedules: PgScheduleStore;
+
+before(() => {
+  owner = pool(DSN, 3);
+  jobs = new PgJobStore(owner, { schema: SCHEMA });
+  schedules = new PgScheduleStore(owner, { schema: SCHEMA });
+});
+beforeEach(() => reset(owner));
+after(() => owner.end());
+
+test("a fencing token past 2^53 throws UnsafeInteger on read, never a rounded number", async () => {
+  await schedules.register({ id: "big", kind: "interval", spec: "1000", nextRunAt: 0 }, 0);
+  await owner.query(`UPDATE ${Q}.schedules SET fencing_token = $1`, [(TWO_53 - 2n).toString()]);
+  const claim = await schedules.claimDue("big", "o1", null, 60_000);
+  assert.equal(claim?.fencingToken, Number.MAX_SAFE_INTEGER); // 2^53 - 1: still exact
+  assert.equal(claim?.record.fencingToken, Number.MAX_SAFE_INTEGER);
+
+  await owner.query(`UPDATE ${Q}.schedules SET fencing_token = $1, lease_until = 0`, [
+    (TWO_53 + 5n).toString(),
+  ]);
+  await assert.rejects(schedules.get("big"), (e: unknown) => {
+    assert.ok(e instanceof UnsafeInteger);
+    assert.match((e as Error).message, /fencing_token is 9007199254740997/);
+    return true;
+  });
+  await assert.rejects(schedules.list(), UnsafeInteger);
+  // The token itself is still usable exactly, as a bigint argument.
+  assert.equal(await schedules.renew("big", TWO_53 + 5n, 1), true);
+  assert.equal(await schedules.renew("big", TWO_53 + 4n, 1), false);
+  // A number that is not a safe integer is refused before any query is sent.
+  await assert.rejects(schedules.renew("big", 2 ** 53 + 6, 1), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument);
+    assert.equal((e as InvalidArgument).sqlstate, "22023");
+    return true;
+  });
+  await assert.rejects(schedules.renew("big", 2n ** 63n, 1), (e: unknown) => {
+    assert.ok(e instanceof InvalidArgument);
+    assert.equal((e as InvalidArgument).sqlstate, "22003");
+    return true;
+  });
+});
+
+test("lease sequences are bigint: exact past 2^53, and they fence as given", async () => {
+  await jobs.schedule({ runId: "big", dispatchAt: 0 });
+  const high = 2n ** 62n + 3n;
+  await owner.query(`UPDATE ${Q}.jobs SET lease_sequence = $1`, [high.toString()]);
+  const job = await jobs.lease("h1", null, 60_000);
+  assert.equal(job?.leaseSequence, high + 1n);
+  assert.equal(typeof job?.leaseSequence, "bigint");
+  assert.equal(await jobs.renew("big", "h1", null, 60_000, high), false);
+  assert.equal(await jobs.renew("big", "h1", null, 60_000, high + 1n), true);
+  assert.deepEqual(await jobs.markDispatched("big", "h1", "w", high), { cancelled: false, recorded: false });
+  assert.deepEqual(await jobs.markDispatched("big", "h1", "w", high + 1n), { cancelled: false, recorded: true });
+  assert.deepEqual(await jobs.renewMany(["big"], "h1", null, 60_000, [high + 1n]), [true]);
+  const row = await owner.query(`SELECT lease_sequence::text AS s FROM ${Q}.jobs`);
+  assert.equal(row.rows[0].s, (high + 1n).toString());
+});
+
+test("on the app's client, the calls join its transaction: rolled back, nothing stays", async () => {
+  const client = await owner.connect();
+  try {
+    const inTx = new PgJobStore(client, { schema: SCHEMA });
+    await client.query("BEGIN");
+    await inTx.schedule({ runId: "tx", dispatchAt: 0 });
+    assert.equal((await inTx.get("tx"))?.runId, "tx"); // visible inside
+    assert.equal(await jobs.get("tx"), undefined); // not outside, yet
+    await client.query("ROLLBACK");
+    assert.equal(await inTx.get("tx"), undefined);
+
+    await client.query("BEGIN");
+    await inTx.schedule({ runId: "tx", dispatchAt: 0 });
+    await client.query("COMMIT");
+    assert.equal((await jobs.get("tx"))?.runId, "tx");
+  } finally {
+    client.release();
+  }
+});
+
+test("a read-only transaction raises ReadOnlyServer (25006) and changes nothing", async () => {
+  const client = new pg.Client({ connectionString: DSN });
+  await client.connect();
+  try {
+    const store = new PgJobStore(client, { schema: SCHEMA });
+    await client.query("BEGIN READ ONLY");
+    await assert.rejects(store.schedule({ runId: "ro", dispatchAt: 0 }), (e: unknown) => {
+      assert.ok(e instanceof ReadOnlyServer);
+      assert.equal((e as ReadOnlyServer).sqlstate, "25006");
+      return true;
+    });
+    await client.query("ROLLBACK");
+  } finally {
+    await client.end();
+  }
+  assert.deepEqual(await jobsState(owner), {});
+});
+
+test("remove of a leased job raises JobNotRemovable (55000)", async () => {
+  await jobs.schedule({ runId: "a", dispatchAt: 0 });
+  await jobs.lease("h1", null, 60_000);
+  await assert.rejects(jobs.remove("a"), (e: unknown) => {
+    assert.ok(e instanceof JobNotRemovable);
+    assert.equal((e as JobNotRemovable).sqlstate, "55000");
+    assert.match((e as Error).message, /leased by/);
+    return true;
+  });
+});
+
+test("start() passes on a migrated schema; an unknown schema is SchemaNotReady", async () => {
+  await jobs.start();
+  await schedules.start();
+  const missing = new PgJobStore(owner, { schema: "no such schema" });
+  await assert.rejects(missing.start(), SchemaNotReady);
+  await assert.rejects(missing.lease("h", null, 1000), SchemaNotReady);
+  await assert.rejects(new PgScheduleStore(owner, { schema: "nope" }).get("x"), SchemaNotReady);
+});
+
+test("arguments the server cannot check are refused in the client, nothing sent", async () => {
+  const cases: [string, () => Promise<unknown>][] = [
+    ["NUL", () => jobs.schedule({ runId: "a\u0000b", dispatchAt: 0 })],
+    ["lone surrogate", () => jobs.schedule({ runId: "a\uD800", dispatchAt: 0 })],
+    ["fraction", () => jobs.lease("h", null, 1.5)],
+    ["NaN", () => jobs.lease("h", Number.NaN, 100)],
+    ["string for a number", () => jobs.lease("h", null, "100" as unknown as number)],
+    ["number for a string", () => jobs.get(7 as unknown as string)],
+  ];
+  for (const [what, call] of cases) {
+    await assert.rejects(call(), InvalidArgument, what);
+  }
+  assert.deepEqual(await jobsState(owner), {});
+});
+
+test("the schema is quoted, never spliced: a name with quotes and spaces is only a name", async () => {
+  const odd = new PgJobStore(owner, { schema: `x"; DROP TABLE ${SCHEMA}.jobs; --` });
+  await assert.rejects(odd.get("a"), SchemaNotReady);
+  assert.deepEqual(await jobsState(owner), {});
+});
+
+test("a pg.Pool, a pg.Client and a pg.PoolClient are all Queryable", async () => {
+  const client = await owner.connect();
+  try {
+    const sources: Queryable[] = [owner, client, new pg.Client({ connectionString: DSN })];
+    assert.equal(sources.length, 3);
+  } finally {
+    client.release();
+  }
+});
+
+test("list answers a page of the jobs a filter selects, and how many match in all", async () => {
+  await jobs.scheduleMany(["c", "b", "a", "later"], [20, 10, 20, 10_000]);
+  const due = await jobs.list("due", { now: 100, limit: 2 });
+  assert.deepEqual(due.jobs.map((j) => j.runId), ["b", "a"]);
+  assert.equal(due.matching, 3);
+  const all = await jobs.list("all");
+  assert.deepEqual(all.jobs.map((j) => j.runId), ["b", "a", "c", "later"]);
+  assert.equal(all.matching, 4);
+  assert.deepEqual(await jobs.list("dispatched"), { jobs: [], matching: 0 });
+  await assert.rejects(jobs.list("bogus" as "all"), (e: unknown) => e instanceof InvalidArgument);
+  assert.equal(typeof (await jobs.nowMs()), "number");
+});

@@ -1,0 +1,175 @@
+"""The PostgreSQL job store (docs/contract.md, the job store), for asyncio.
+
+Each method is one call of one SQL function (see ``pgstore.postgres.job_calls``). Durable
+stores have no ``forget``: they keep their records (``remove`` deletes one job).
+Written once, in ``pgstore.postgres.jobs_async``: ``make generate`` writes the sync
+store, ``pgstore.postgres.jobs``, from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
+from pgstore.postgres import job_calls as calls
+from pgstore.postgres.listen import Listens
+from pgstore.postgres.store_async import AsyncStore
+
+__all__ = ["AsyncPgJobStore"]
+
+
+class AsyncPgJobStore(AsyncStore, Listens):
+    """Delayed dispatch with holder leases in PostgreSQL, for asyncio.
+
+    Each method is one call of the SQL function it names, one round trip. Times are
+    epoch ms; ``now=None`` means the database clock. Bad arguments raise
+    ``InvalidArgument`` and change nothing.
+    """
+
+    async def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
+        """Add the job, due at ``dispatch_at``, with at most ``max_attempts`` leases (None:
+        the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it); an
+        existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given).
+        SQL: ``job_schedule``."""
+        return await self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
+
+    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        """Lease the earliest due, uncancelled, undispatched job with no live lease until
+        ``now + ttl_ms``; None: nothing leasable right now. A job is leased at most
+        ``max_attempts`` times: when the earliest one's last lease expired without a
+        release, this call fails it (``failed``, ``last_error`` saying so) and answers
+        None; the next call leases the next job. ``ttl_ms`` above the owner's
+        ``store_settings.max_lease_ms`` raises ``InvalidArgument``.
+        SQL: ``job_lease``."""
+        return await self._runner.run(calls.lease(holder, now, ttl_ms))
+
+    async def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        """Extend a lease ``holder`` still holds unexpired (and, given ``lease_sequence``,
+        only that lease of it); False: stop, it was lost. ``ttl_ms`` is bounded as in
+        ``lease``.
+        SQL: ``job_renew``."""
+        return await self._runner.run(calls.renew(run_id, holder, now, ttl_ms, lease_sequence))
+
+    async def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        """Record the dispatch while ``holder`` is the lease's holder (expired or not;
+        given ``lease_sequence``, only that lease); ``cancelled``: a cancel arrived,
+        the bot must leave at once.
+        SQL: ``job_mark_dispatched``."""
+        return await self._runner.run(
+            calls.mark_dispatched(run_id, holder, worker_id, lease_sequence)
+        )
+
+    async def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Give the lease back undispatched, keeping ``error`` (at most 4096 characters)
+        as ``last_error``, and move the job to ``retry_at``, or, when that lease was its
+        last (``attempts >= max_attempts``), fail it for good. False: ``holder`` no longer
+        holds it (or, given ``lease_sequence``, not that lease), or it was dispatched, or
+        it is gone.
+        SQL: ``job_release``."""
+        return await self._runner.run(
+            calls.release(run_id, holder, retry_at, lease_sequence, error)
+        )
+
+    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        """Put a failed job back to waiting, due at ``dispatch_at`` (None: the database
+        clock's now), attempts reset: ``RETRIED``, ``NOT_FAILED`` (nothing changed) or
+        ``MISSING``.
+        SQL: ``job_retry``."""
+        return await self._runner.run(calls.retry(run_id, dispatch_at))
+
+    async def list_failed(self, limit: int | None = None) -> list[Job]:
+        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``.
+        SQL: ``job_list``, with ``'failed'``."""
+        return await self._runner.run(calls.list_failed(limit))
+
+    async def cancel(self, run_id: str) -> CancelResult:
+        """Cancel the job: ``CANCELLED``, ``ALREADY_DISPATCHED`` (nothing changed) or
+        ``MISSING``.
+        SQL: ``job_cancel``."""
+        return await self._runner.run(calls.cancel(run_id))
+
+    async def get(self, run_id: str) -> Job | None:
+        """The job, or None.
+        SQL: ``job_get``."""
+        return await self._runner.run(calls.get(run_id))
+
+    async def list_dispatched(self) -> list[Job]:
+        """Every dispatched job, ordered by run_id.
+        SQL: ``job_list_dispatched``."""
+        return await self._runner.run(calls.list_dispatched())
+
+    async def list_jobs(
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+    ) -> JobPage:
+        """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
+        ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not),
+        ``"dispatched"`` or ``"failed"``; and how many match in all. The operator's view
+        (``pgstore jobs``).
+        SQL: ``job_list``."""
+        return await self._runner.run(calls.list_jobs(filter, now, limit))
+
+    async def remove(self, run_id: str) -> None:
+        """Delete a job that waits (not dispatched, cancelled or failed) and has no lease
+        holder (never leased, or released); unknown run_id: nothing. Any other job raises
+        ``JobNotRemovable`` (SQLSTATE 55000) naming its state and changes nothing: a
+        dispatched, cancelled or failed job is history, which the owner deletes with
+        ``purge``; a leased one (even past its lease) may be mid-dispatch: ``cancel`` it.
+        SQL: ``job_remove``.
+        """
+        return await self._runner.run(calls.remove(run_id))
+
+    async def purge(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` finished jobs (dispatched, cancelled or failed) whose
+        ``finished_at`` is before ``before`` (epoch ms), oldest first; how many went.
+        Never a waiting job nor one whose lease is live; rows that concurrent calls hold
+        locked are skipped, so call it until it returns less than ``limit``. Needs EXECUTE
+        on ``job_purge``, which the client role lacks: connect as the schema's owner.
+        SQL: ``job_purge``."""
+        return await self._runner.run(calls.purge(before, limit))
+
+    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        """``schedule`` for each ``(run_ids[i], dispatch_at[i])`` in one statement (at
+        most 10000 distinct ids); one notification, with the earliest time.
+        SQL: ``job_schedule_many``."""
+        return await self._runner.run(calls.schedule_many(run_ids, dispatch_at))
+
+    async def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
+        """``lease`` up to ``limit`` (at most 10000) jobs in one statement, in lease order;
+        fewer (none) when no more are leasable right now, or when some were out of
+        attempts (failed as ``lease`` fails them, and left out).
+        SQL: ``job_lease_many``."""
+        return await self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
+
+    async def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[MarkResult]:
+        """``mark_dispatched`` for each ``run_ids[i]`` with ``worker_ids[i]`` (fenced by
+        ``lease_sequences[i]`` when given and not None) in one statement: one answer per
+        job, in the order given.
+        SQL: ``job_mark_dispatched_many``."""
+        return await self._runner.run(
+            calls.mark_dispatched_many(run_ids, holder, worker_ids, lease_sequences)
+        )
+
+    async def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> list[bool]:
+        """``renew`` for each ``run_ids[i]`` (fenced by ``lease_sequences[i]`` when given
+        and not None) in one statement: one answer per job, in the order given.
+        SQL: ``job_renew_many``."""
+        return await self._runner.run(
+            calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
+        )

@@ -1,0 +1,93 @@
+"""The PostgreSQL schedule store (docs/contract.md, the schedule store), for asyncio.
+
+Each method is one call of one SQL function (see ``pgstore.postgres.schedule_calls``).
+Written once, in ``pgstore.postgres.schedules_async``: ``make generate`` writes the
+sync store, ``pgstore.postgres.schedules``, from it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+
+from pgstore.models import (
+    CatchUp,
+    ClaimResult,
+    CompletePatch,
+    ScheduleKind,
+    ScheduleRecord,
+)
+from pgstore.postgres import schedule_calls as calls
+from pgstore.postgres.store_async import AsyncStore
+
+__all__ = ["AsyncPgScheduleStore"]
+
+
+class AsyncPgScheduleStore(AsyncStore):
+    """Durable scheduled tasks in PostgreSQL, for asyncio.
+
+    Each method is one call of the SQL function it names, one round trip. Times are
+    epoch ms; ``now=None`` means the database clock. Bad arguments raise
+    ``InvalidArgument`` and change nothing.
+    """
+
+    async def get(self, id: str) -> ScheduleRecord | None:
+        """The record of ``id``, or None.
+        SQL: ``schedule_get``."""
+        return await self._runner.run(calls.get(id))
+
+    async def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+        catch_up: CatchUp = "once",
+    ) -> ScheduleRecord:
+        """Insert if absent; same kind, spec and ``catch_up``: untouched; another kind or
+        spec: overwrite kind, spec, next_run_at and catch_up (token, lease, last_* kept);
+        only another ``catch_up``: just that changes. Returns the stored record.
+        SQL: ``schedule_register``."""
+        return await self._runner.run(calls.register(id, kind, spec, next_run_at, now, catch_up))
+
+    async def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None:
+        """Claim ``id`` if due and unleased; None: not due, leased elsewhere, or unknown.
+        SQL: ``schedule_claim_due``."""
+        return await self._runner.run(calls.claim_due(id, owner, now, lease_ms))
+
+    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
+        """Extend a claim still held with this token; False: the lease was lost.
+        SQL: ``schedule_renew``."""
+        return await self._runner.run(calls.renew(id, fencing_token, lease_until))
+
+    async def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool:
+        """Commit the occurrence of a claim still held with this token; False: stale.
+        SQL: ``schedule_complete``."""
+        return await self._runner.run(calls.complete(id, fencing_token, patch, now))
+
+    async def delete(self, id: str) -> None:
+        """Remove the record, keeping its token as the id's high-water mark.
+        SQL: ``schedule_delete``."""
+        return await self._runner.run(calls.delete(id))
+
+    async def list(self) -> builtins.list[ScheduleRecord]:
+        """Every record, orphans and tombstones included, ordered by id.
+        SQL: ``schedule_list``."""
+        return await self._runner.run(calls.list_all())
+
+    async def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]:
+        """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given).
+        SQL: ``schedule_claim_next``."""
+        return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))

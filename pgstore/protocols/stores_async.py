@@ -1,0 +1,168 @@
+"""The store interfaces of ``pgstore.protocols``: ``AsyncScheduleStore``, ``AsyncJobStore``.
+
+Written once, in ``pgstore.protocols.stores_async``: ``make generate`` writes the sync
+ones, ``pgstore.protocols.stores``, from it (docs/python.md, how sync code is made).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Protocol
+
+from pgstore.models import (
+    CancelResult,
+    CatchUp,
+    ClaimResult,
+    CompletePatch,
+    Job,
+    MarkResult,
+    RetryResult,
+    ScheduleKind,
+    ScheduleRecord,
+)
+
+__all__ = ["AsyncJobStore", "AsyncScheduleStore"]
+
+
+class AsyncScheduleStore(Protocol):
+    """Durable scheduled tasks with claim leases and fencing tokens (asyncio)."""
+
+    async def start(self) -> None:
+        """Make the store ready (a PostgreSQL store checks its schema revision)."""
+
+    async def now_ms(self) -> int:
+        """The store's clock."""
+
+    async def get(self, id: str) -> ScheduleRecord | None:
+        """The record of ``id``, or None."""
+
+    async def register(
+        self,
+        id: str,
+        kind: ScheduleKind,
+        spec: str,
+        next_run_at: int | None,
+        now: int | None = None,
+        catch_up: CatchUp = "once",
+    ) -> ScheduleRecord:
+        """Insert if absent (token: the id's high-water mark, or 0); same kind, spec and
+        ``catch_up``: untouched; another kind or spec: overwrite kind, spec, next_run_at and
+        catch_up, keeping token, lease, last_*; only another ``catch_up``: just that changes."""
+
+    async def claim_due(
+        self, id: str, owner: str, now: int | None, lease_ms: int
+    ) -> ClaimResult | None:
+        """Claim ``id`` if due and unleased, with the next fencing token; else None."""
+
+    async def renew(self, id: str, fencing_token: int, lease_until: int) -> bool:
+        """Move the lease's end, only for the token of a claim still held."""
+
+    async def complete(
+        self, id: str, fencing_token: int, patch: CompletePatch, now: int | None = None
+    ) -> bool:
+        """Commit a claim still held with this token and clear its lease; False: stale."""
+
+    async def delete(self, id: str) -> None:
+        """Remove the record, raising the id's high-water mark to its token."""
+
+    async def list(self) -> builtins.list[ScheduleRecord]:
+        """Every record, ordered by id."""
+
+    async def claim_next(
+        self,
+        owner: str,
+        now: int | None,
+        lease_ms: int,
+        limit: int,
+        ids: Sequence[str] | None = None,
+    ) -> builtins.list[ClaimResult]:
+        """Claim up to ``limit`` due, unleased records, earliest first (only ``ids``)."""
+
+
+class AsyncJobStore(Protocol):
+    """Delayed dispatch with holder leases (asyncio)."""
+
+    async def start(self) -> None:
+        """Make the store ready (a PostgreSQL store checks its schema revision)."""
+
+    async def now_ms(self) -> int:
+        """The store's clock."""
+
+    async def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+    ) -> None:
+        """Add the job with at most ``max_attempts`` leases (None: the store default), or
+        move only its ``dispatch_at`` (and ``max_attempts``, when given)."""
+
+    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+        """Lease the earliest due, waiting (not dispatched, cancelled or failed), unleased
+        job, adding one to its ``attempts``; else None. A job is leased at most
+        ``max_attempts`` times: when that job's last lease expired without a release, it
+        is failed instead and None is answered."""
+
+    async def renew(
+        self, run_id: str, holder: str, now: int | None, ttl_ms: int,
+        lease_sequence: int | None = None,
+    ) -> bool:
+        """Extend a live lease of ``holder`` (given ``lease_sequence``, only that lease);
+        False: expired or taken, stop."""
+
+    async def mark_dispatched(
+        self, run_id: str, holder: str, worker_id: str | None,
+        lease_sequence: int | None = None,
+    ) -> MarkResult:
+        """Record the dispatch if ``holder`` still holds the job (given ``lease_sequence``,
+        that lease); tells whether it was cancelled meanwhile."""
+
+    async def release(
+        self, run_id: str, holder: str, retry_at: int, lease_sequence: int | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Give an undispatched job back for a retry at ``retry_at``, keeping ``error`` as
+        its ``last_error``; out of attempts (``attempts >= max_attempts``) it fails."""
+
+    async def retry(self, run_id: str, dispatch_at: int | None = None) -> RetryResult:
+        """Put a failed job back to waiting at ``dispatch_at`` (None: now), attempts reset."""
+
+    async def list_failed(self, limit: int | None = None) -> list[Job]:
+        """The first ``limit`` failed jobs (None: all), by ``dispatch_at``, then ``run_id``."""
+
+    async def cancel(self, run_id: str) -> CancelResult:
+        """Cancel unless already dispatched."""
+
+    async def get(self, run_id: str) -> Job | None:
+        """The job, or None."""
+
+    async def list_dispatched(self) -> list[Job]:
+        """Every dispatched job."""
+
+    async def remove(self, run_id: str) -> None:
+        """Delete the job if it waits with no lease holder (unknown: nothing); else
+        ``JobNotRemovable``, nothing changed."""
+
+    async def purge(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` finished jobs whose ``finished_at`` is before ``before``,
+        oldest first, never a waiting job nor one under a live lease; how many went."""
+
+    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+        """``schedule`` for each ``(run_ids[i], dispatch_at[i])``: distinct ids, at most
+        10000."""
+
+    async def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int
+    ) -> builtins.list[Job]:
+        """``lease`` up to ``limit`` jobs (at most 10000), in lease order; the jobs out
+        of attempts among them are failed as ``lease`` fails them, and left out."""
+
+    async def mark_dispatched_many(
+        self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[MarkResult]:
+        """``mark_dispatched`` for each job: one answer per job, in the order given."""
+
+    async def renew_many(
+        self, run_ids: Sequence[str], holder: str, now: int | None, ttl_ms: int,
+        lease_sequences: Sequence[int | None] | None = None,
+    ) -> builtins.list[bool]:
+        """``renew`` for each job: one answer per job, in the order given."""
