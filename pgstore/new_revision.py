@@ -776,7 +776,9 @@ def generate(name: str, dsn: str, sql: Path | None = None, migrations: Path | No
             up, down = up_sql(changes, written), down_sql(changes, head_schema)
         finally:
             conn.rollback()  # the sql/ schema goes with the transaction
-    heading = f"-- pgstore {number}, %s: {TODO}: one line. See {stem}.py for why.\n\n"
+    # No TODO here: the module's docstring is the one place a person writes what and why.
+    heading = (f"-- pgstore {number}, %s: written by make revision from sql/; "
+               f"{stem}.py says what and why.\n\n")
     if changes.objects:
         up.insert(0, _todo_block(stem, "up", changes.objects))
         down.append(_todo_block(stem, "down", changes.objects))

@@ -741,7 +741,7 @@ def test_jobs_cancel_schedule_and_reschedule(
     assert "job 'a' exists" in line and "reschedule" in line
     assert job("a") == got
 
-    # reschedule: a waiting job moves, attempts kept; only dispatch_at (and max_attempts).
+    # reschedule: a waiting job moves, attempts kept; only dispatch_at.
     status, out, err = cli("jobs", "reschedule", *where, "a", "--at", "5m ago")
     assert (status, err) == (0, ""), err
     assert out.splitlines()[0] == "schema 'cli_a': job 'a' is rescheduled"
@@ -750,7 +750,7 @@ def test_jobs_cancel_schedule_and_reschedule(
     moved = job("a")
     assert moved is not None and moved.max_attempts == 3 and moved.dispatch_at < got.dispatch_at
 
-    # A leased job is refused: job_schedule would move dispatch_at, not take the lease back.
+    # A leased job is refused: its dispatch may be under way.
     with PgJobStore(dsn, schema="cli_a") as store:
         lease = store.lease("dispatcher@host-a:4412", None, 600_000)
         assert lease is not None and lease.run_id == "a"
@@ -769,7 +769,7 @@ def test_jobs_cancel_schedule_and_reschedule(
     assert status == 0 and "was already cancelled: nothing changed" in out
     # A cancelled (or dispatched, or failed) job is not rescheduled.
     line = _assert_one_error_line(*cli("jobs", "reschedule", *where, "a", "--at", "now"))
-    assert "job 'a' is cancelled: job_schedule would not make it wait again" in line
+    assert "job 'a' is cancelled: only a waiting job moves, nothing changed" in line
     assert job("a") == cancelled
 
     # A dispatched job cannot be cancelled; a missing one neither.

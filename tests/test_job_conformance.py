@@ -393,6 +393,52 @@ def test_lease_sequence_must_be_positive(jobs: JobStoreUnderTest, bad: int) -> N
 # --- cancel -----------------------------------------------------------------------------
 
 
+def test_reschedule_moves_a_waiting_job_and_answers_it(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 500, max_attempts=3)
+    moved = s.reschedule("r1", 9_000, now=100)
+    assert moved == _job("r1", 9_000, max_attempts=3)
+    assert s.get("r1") == moved
+    assert s.lease("h1", 600, TTL) is None  # no longer due at the old time
+    assert s.reschedule("r1", 50, now=100) == _job("r1", 50, max_attempts=3)  # earlier too
+    assert s.lease("h1", 100, TTL) is not None
+
+
+def test_reschedule_refuses_a_live_lease_and_finished_jobs(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    for run_id in ("leased", "sent", "gone", "failed"):
+        s.schedule(run_id, 100, max_attempts=1)
+    assert s.lease("h1", 100, TTL) is not None  # "failed"
+    assert s.release("failed", "h1", 200) is True  # its last lease: failed
+    assert s.lease("h1", 100, TTL) is not None  # "gone"
+    assert s.cancel("gone") == CancelResult.CANCELLED
+    assert s.lease("h1", 100, TTL) is not None  # "leased"
+    assert s.lease("h2", 100, TTL) is not None  # "sent"
+    assert s.mark_dispatched("sent", "h2", "bot-1").recorded
+    before = jobs.state()
+    for run_id in ("leased", "sent", "gone", "failed", "missing"):
+        assert s.reschedule(run_id, 9_000, now=100 + TTL - 1) is None, run_id
+    assert jobs.state() == before
+    # and the lease's holder still marks it at the time it was leased for
+    assert s.mark_dispatched("leased", "h1", "bot-2").recorded
+
+
+def test_reschedule_clears_an_expired_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("r1", 100)
+    leased = s.lease("h1", 100, TTL)
+    assert leased is not None
+    moved = s.reschedule("r1", 5_000, now=100 + TTL)  # lease_until <= now: expired
+    assert moved == _job("r1", 5_000, lease_sequence=leased.lease_sequence)
+    # the old holder can no longer mark, release or renew it
+    assert not s.mark_dispatched("r1", "h1", "bot-1").recorded
+    assert s.release("r1", "h1", 200) is False
+    assert s.renew("r1", "h1", 100 + TTL, TTL) is False
+    again = s.lease("h2", 5_000, TTL)
+    assert again is not None and again.lease_sequence > leased.lease_sequence
+    assert again.attempts == 2  # attempts kept
+
+
 def test_cancel_answers(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     assert s.cancel("nope") == CancelResult.MISSING
@@ -759,6 +805,10 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("schedule", "run_id", (None, 1)),
     ("schedule", "run_id", (LONG, 1)),
     ("schedule", "dispatch_at", ("r", None)),
+    ("reschedule", "run_id", ("", 1)),
+    ("reschedule", "run_id", (None, 1)),
+    ("reschedule", "run_id", (LONG, 1)),
+    ("reschedule", "dispatch_at", ("r1", None)),
     ("lease", "holder", ("", 100, TTL)),
     ("lease", "holder", (None, 100, TTL)),
     ("lease", "holder", (LONG, 100, TTL)),

@@ -13,7 +13,7 @@
                       [--limit N] [--json] [--absolute] [--wide]
     pgstore jobs cancel     RUN_ID [--dsn DSN] [--schema NAME]
     pgstore jobs schedule   RUN_ID --at WHEN [--max-attempts N] [--dsn DSN] [--schema NAME]
-    pgstore jobs reschedule RUN_ID --at WHEN [--max-attempts N] [--dsn DSN] [--schema NAME]
+    pgstore jobs reschedule RUN_ID --at WHEN [--dsn DSN] [--schema NAME]
     pgstore jobs retry      RUN_ID... [--at WHEN] [--dsn DSN] [--schema NAME]
     pgstore retry     (the same as pgstore jobs retry)
     pgstore status    [--dsn DSN] [--schema NAME] [--json] [--absolute]
@@ -73,7 +73,7 @@ database clock's now, and prints them; a job that is not failed (waiting,
 dispatched, cancelled) or missing is left as it is, named on stderr, and the
 exit status is 1. ``jobs cancel`` is one ``job_cancel()``; ``jobs schedule``
 adds a job (refusing a run id that exists); ``jobs reschedule`` moves a waiting
-job with ``job_schedule()`` and refuses one under a live lease and a
+job with ``job_reschedule()``, which refuses one under a live lease and a
 dispatched, cancelled or failed one (docs/cli.md says why). ``WHEN``: ``now``,
 ``+5m``, ``in 2h``, ``5m ago``, ISO-8601 with a zone, or epoch ms
 (``format.parse_when``).
@@ -478,34 +478,25 @@ def _cmd_reschedule(args: argparse.Namespace) -> int:
         now = store.now_ms()
         at = _resolve_at(args, now)
         assert at is not None  # --at is required
-        job = store.get(args.run_id)
-        if job is None:
-            raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
-        phase = job_phase(job, now)
-        if phase not in ("pending", "due"):
-            raise PgStoreError(_not_movable(args.run_id, job, phase))
-        store.schedule(args.run_id, at, args.max_attempts)
-        moved = store.get(args.run_id)
-    if moved is None:  # purged or removed meanwhile, then scheduled again by us
-        raise PgStoreError(f"job {args.run_id!r} vanished while it was moved")
-    after = job_phase(moved, now)
-    what = "is rescheduled" if after in ("pending", "due") else (
-        f"was {after} meanwhile: the new dispatch_at was written but moves nothing")
-    _show_job(args, what, moved, now)
+        moved = store.reschedule(args.run_id, at, now)  # one UPDATE: waiting and unleased
+        job = store.get(args.run_id) if moved is None else moved
+    if job is None:
+        raise PgStoreError(f"no job {args.run_id!r} in schema {args.schema!r}")
+    if moved is None:
+        raise PgStoreError(_not_movable(args.run_id, job, job_phase(job, now)))
+    _show_job(args, "is rescheduled", moved, now)
     return 0
 
 
 def _not_movable(run_id: str, job: Job, phase: str) -> str:
     if phase == "leased":
         return (f"job {run_id!r} is leased by {job.lease_holder} until "
-                f"{iso_utc(job.lease_until or 0)}: its dispatch may be under way, and "
-                "job_schedule would move only dispatch_at, not take the lease back: nothing "
+                f"{iso_utc(job.lease_until or 0)}: its dispatch may be under way: nothing "
                 "changed (cancel it, or wait for the lease to end)")
     if phase == "failed":
-        return (f"job {run_id!r} is failed: job_schedule would not make it wait again, "
-                "nothing changed (pgstore jobs retry RUN_ID --at WHEN does)")
-    return (f"job {run_id!r} is {phase}: job_schedule would not make it wait again, "
-            "nothing changed")
+        return (f"job {run_id!r} is failed: only a waiting job moves, nothing changed "
+                "(pgstore jobs retry RUN_ID --at WHEN revives it)")
+    return f"job {run_id!r} is {phase}: only a waiting job moves, nothing changed"
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -893,17 +884,14 @@ def build_parser() -> argparse.ArgumentParser:
         "reschedule", parents=[quiet], help="move a waiting job to --at",
         description=(
             "Move the waiting job RUN_ID (pending or due, no live lease) to --at, through "
-            "job_schedule() on the existing job: only dispatch_at changes (and max_attempts "
-            "with --max-attempts); attempts, lease sequence and last error are kept. A job "
-            "under a live lease is refused (job_schedule would move its dispatch_at but not "
-            "take its lease back: the dispatch may be under way); so are dispatched, "
-            "cancelled and failed jobs, which job_schedule would not make wait again (retry "
-            "revives a failed one). Refused or missing: exit status 1, nothing changed."),
+            "job_reschedule(): one UPDATE that moves dispatch_at only while the job waits "
+            "with no live lease (an expired lease is cleared; attempts, lease sequence and "
+            "last error are kept). A job under a live lease is refused (its dispatch may be "
+            "under way); so are dispatched, cancelled and failed jobs (retry revives a "
+            "failed one). Refused or missing: exit status 1, nothing changed."),
     )
     reschedule.add_argument("run_id", metavar="RUN_ID")
     reschedule.add_argument("--at", type=_when, required=True, metavar="WHEN", help=WHEN_HELP)
-    reschedule.add_argument("--max-attempts", type=_attempts, metavar="N",
-                            help="also set its max_attempts to N")
     views(reschedule)
     reschedule.set_defaults(action=_cmd_reschedule)
 

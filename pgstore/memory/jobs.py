@@ -255,6 +255,22 @@ class MemoryJobStore:
             self._finish(run_id, replace(job, cancelled=True))
             return CancelResult.CANCELLED
 
+    def reschedule(
+        self, run_id: str, dispatch_at: int, now: int | None = None
+    ) -> Job | None:
+        v.name("run_id", run_id)
+        v.present_int("dispatch_at", dispatch_at)
+        v.integer("now", now)
+        at = wall_clock_ms() if now is None else now
+        with self._lock:
+            job = self._jobs.get(run_id)
+            if (job is None or job.dispatched or job.cancelled or job.failed
+                    or _lease_live(job, at)):
+                return None
+            moved = replace(job, dispatch_at=dispatch_at, lease_holder=None, lease_until=None)
+            self._jobs[run_id] = moved
+            return moved
+
     def get(self, run_id: str) -> Job | None:
         v.name("run_id", run_id)
         with self._lock:

@@ -43,6 +43,7 @@ JOB_RELEASE = Function("job_release", ("text", "text", "bigint", "bigint", "text
 JOB_REMOVE = Function("job_remove", ("text",))
 JOB_RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint"))
 JOB_RENEW_MANY = Function("job_renew_many", ("text[]", "text", "bigint", "bigint", "bigint[]"))
+JOB_RESCHEDULE = Function("job_reschedule", ("text", "bigint", "bigint"))
 JOB_RETRY = Function("job_retry", ("text", "bigint"))
 JOB_SCHEDULE = Function("job_schedule", ("text", "bigint", "integer"))
 JOB_SCHEDULE_MANY = Function("job_schedule_many", ("text[]", "bigint[]"))
@@ -101,6 +102,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_REMOVE, security_definer=True, volatility="volatile"),
     Definition(JOB_RENEW, security_definer=True, volatility="volatile"),
     Definition(JOB_RENEW_MANY, security_definer=True, volatility="volatile"),
+    Definition(JOB_RESCHEDULE, security_definer=True, volatility="volatile"),
     Definition(JOB_RETRY, security_definer=True, volatility="volatile"),
     Definition(JOB_SCHEDULE, security_definer=True, volatility="volatile"),
     Definition(JOB_SCHEDULE_MANY, security_definer=True, volatility="volatile"),

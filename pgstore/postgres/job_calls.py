@@ -24,6 +24,7 @@ MARK_DISPATCHED = _sql.JOB_MARK_DISPATCHED
 RELEASE = _sql.JOB_RELEASE
 RETRY = _sql.JOB_RETRY
 CANCEL = _sql.JOB_CANCEL
+RESCHEDULE = _sql.JOB_RESCHEDULE
 GET = _sql.JOB_GET
 LIST_DISPATCHED = _sql.JOB_LIST_DISPATCHED
 REMOVE = _sql.JOB_REMOVE
@@ -99,6 +100,13 @@ def retry(run_id: str, dispatch_at: int | None) -> Call[RetryResult]:
 def cancel(run_id: str) -> Call[CancelResult]:
     v.text("run_id", run_id)
     return Call(CANCEL, (run_id,), _rows.cancel_result)
+
+
+def reschedule(run_id: str, dispatch_at: int, now: int | None) -> Call[Job | None]:
+    v.text("run_id", run_id)
+    v.integer("dispatch_at", dispatch_at)
+    v.integer("now", now)
+    return Call(RESCHEDULE, (run_id, dispatch_at, now), _rows.optional_job)
 
 
 def get(run_id: str) -> Call[Job | None]:

@@ -102,6 +102,18 @@ class PgJobStore(SyncStore, Listens):
         SQL: ``job_cancel``."""
         return self._runner.run(calls.cancel(run_id))
 
+    def reschedule(
+        self, run_id: str, dispatch_at: int, now: int | None = None
+    ) -> Job | None:
+        """Move the job to ``dispatch_at`` when it waits (not dispatched, cancelled or
+        failed) with no live lease at ``now`` (None: the database clock), and answer it as
+        moved; an expired lease is cleared, so its holder can no longer mark or release it
+        (attempts and lease_sequence kept). None: nothing changed (no such job, a finished
+        one, or a live lease, whose holder may be dispatching it). Unlike ``schedule``,
+        which moves any existing job's ``dispatch_at``.
+        SQL: ``job_reschedule``."""
+        return self._runner.run(calls.reschedule(run_id, dispatch_at, now))
+
     def get(self, run_id: str) -> Job | None:
         """The job, or None.
         SQL: ``job_get``."""

@@ -134,6 +134,13 @@ class JobStore(Protocol):
     def cancel(self, run_id: str) -> CancelResult:
         """Cancel unless already dispatched."""
 
+    def reschedule(
+        self, run_id: str, dispatch_at: int, now: int | None = None
+    ) -> Job | None:
+        """Move a job that waits with no live lease at ``now`` to ``dispatch_at`` (an
+        expired lease cleared) and answer it; None: nothing moved (unknown, finished, or
+        under a live lease)."""
+
     def get(self, run_id: str) -> Job | None:
         """The job, or None."""
 
