@@ -53,6 +53,8 @@ from pgstore import (
     PgJobStore,
     PgScheduleStore,
 )
+from pgstore.postgres.grants import CLIENT_FUNCTIONS
+from pgstore.protocols import JobStore, ScheduleStore
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.testing import drop_schema, install_schema
 
@@ -159,16 +161,9 @@ def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
 
 # --- The SQL level -----------------------------------------------------------------
 
-#: Every function a client calls, and job_purge, which only the owner runs (the check_*
-#: helpers are internal and not granted).
-SQL_FUNCTIONS = [
-    "schedule_get", "schedule_register", "schedule_claim_due", "schedule_renew",
-    "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
-    "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
-    "job_release", "job_retry", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
-    "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
-    "job_schedule_many", "job_lease_many", "job_mark_dispatched_many", "job_renew_many",
-]
+#: Every function a client calls (read from the catalog: ``grants.CLIENT_FUNCTIONS``), and
+#: job_purge, which only the owner runs (the check_* helpers are internal and not granted).
+SQL_FUNCTIONS = sorted({f.name for f in CLIENT_FUNCTIONS} | {"job_purge"})
 
 STATE_SQL = """
 SELECT (SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY s.id), '')) FROM {s}.schedules s),
@@ -521,11 +516,38 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
                    st.one_of(st.none(), st.lists(sequences, max_size=4))],
     "now_ms": [],
 }
+#: What a store method's parameter draws, by its name, for a method with no entry above: a
+#: new method whose parameters are named as the others' are is tried with no edit here.
+BY_PARAMETER: dict[str, st.SearchStrategy[Any]] = {
+    "id": ids, "run_id": run_ids, "owner": names, "holder": names, "now": times,
+    "dispatch_at": times, "retry_at": times, "lease_ms": positives, "ttl_ms": positives,
+    "lease_sequence": sequences, "max_attempts": max_attempts, "error": errors,
+}
+
+
+def _every_method(
+    protocol: type, listed: dict[str, list[st.SearchStrategy[Any]]]
+) -> dict[str, list[st.SearchStrategy[Any]]]:
+    """``listed``, and each other method of ``protocol`` drawn by its parameters' names
+    (``BY_PARAMETER``; a name not there fails here, asking for a strategy)."""
+    methods = dict(listed)
+    for name, function in inspect.getmembers(protocol, inspect.isfunction):
+        if name.startswith("_") or name in methods or name in LIFECYCLE:
+            continue
+        params = list(inspect.signature(function).parameters)[1:]
+        missing = [p for p in params if p not in BY_PARAMETER]
+        assert not missing, f"{protocol.__name__}.{name}: name a strategy for {missing}"
+        methods[name] = [BY_PARAMETER[p] for p in params]
+    return methods
+
+
 #: Methods that take no per-call value worth drawing (lifecycle).
 #: ``job_wakeups`` calls no SQL function (it makes a LISTEN, not yet started): what a
 #: notification may carry is tested in tests/test_listen_hostile.py.
 LIFECYCLE = {"start", "close", "schema", "conninfo", "job_wakeups"}
 #: The operator's reads of the PostgreSQL stores (no memory counterpart): tried below.
+SCHEDULE_METHODS = _every_method(ScheduleStore, SCHEDULE_METHODS)
+JOB_METHODS = _every_method(JobStore, JOB_METHODS)
 OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
     "stats": [times],
     "list_jobs": [st.sampled_from(["all", "due", "dispatched", "failed"]), times,
