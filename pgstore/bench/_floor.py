@@ -19,11 +19,13 @@ server's ``synchronous_commit``, as pgstore runs):
 * ``pgstore_updates``: the two UPDATEs inside ``job_lease_many`` and
   ``job_mark_dispatched_many`` sent bare (prepared), on pgstore's table: what the
   functions around them (checks, plpgsql, the answer's assembly) add.
-* ``proto_batch``: the batch path as proposed in docs/performance.md ("Where the batch
-  path's cost goes"), defined here in the bench's own schema only (no revision ships
-  it): the same contract, with the argument checks done in one pass, the mark's answer
-  built from the UPDATE's RETURNING without a jsonb object, and the lease answered
-  straight from its UPDATE.
+* ``proto_batch``: ``job_lease_many`` then ``proto_mark_many``, a prototype of
+  ``job_mark_dispatched_many`` defined here in the bench's own schema only (no revision
+  ships it; docs/performance.md, "Where the batch path's cost goes"): the same
+  arguments, checks and answers, with ``check_run_ids`` done in one pass over the array
+  for well-formed input, and, when every job was recorded and none was cancelled (the
+  common case), the answer given without building the jsonb object of the recorded
+  jobs or looking each job up in it.
 
 Per variant and repeat: the table refilled and settled (VACUUM ANALYZE, CHECKPOINT),
 then the drain, measuring the server backend's CPU (``utime + stime`` of
@@ -150,70 +152,17 @@ def _proto_ddl(s: str) -> str:
 CREATE FUNCTION {s}.check_run_ids_fast(p_run_ids text[]) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_bad integer;
+-- check_run_ids in one pass over the array for well-formed input (the bad elements
+-- and the distinct count together); any doubt: the shipped check, for its message.
+-- @plpgsql_check_options: performance_warnings = false
 BEGIN
     IF p_run_ids IS NULL OR array_ndims(p_run_ids) > 1
-       OR cardinality(p_run_ids) > batch_max() THEN
-        PERFORM check_run_ids(p_run_ids);  -- the shipped check raises with its message
-        RETURN;
-    END IF;
-    -- One pass: the bad elements and the distinct count together.
-    SELECT count(*) FILTER (WHERE r IS NULL OR r = '' OR length(r) > 1024)
-      INTO v_bad FROM unnest(p_run_ids) AS u(r);
-    IF v_bad > 0 OR (SELECT count(*) FROM (SELECT DISTINCT r FROM unnest(p_run_ids) AS u(r)) d)
-                    < cardinality(p_run_ids) THEN
+       OR cardinality(p_run_ids) > batch_max()
+       OR (SELECT count(DISTINCT r) FILTER (WHERE r IS NOT NULL AND r <> ''
+                                                 AND length(r) <= 1024)
+             FROM unnest(p_run_ids) AS u(r)) < cardinality(p_run_ids) THEN
         PERFORM check_run_ids(p_run_ids);
     END IF;
-END
-$$;
-
-CREATE FUNCTION {s}.proto_lease_many(
-    p_holder text, p_now bigint, p_ttl_ms bigint, p_limit integer
-) RETURNS SETOF jobs
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
-AS $$
-DECLARE
-    v_now   bigint;
-    v_until bigint;
-BEGIN
-    PERFORM check_primary();
-    PERFORM check_name('holder', p_holder);
-    PERFORM check_positive('ttl_ms', p_ttl_ms);
-    PERFORM check_positive('limit', p_limit);
-    IF p_limit > batch_max() THEN
-        PERFORM raise_invalid(format('limit must be at most %s', batch_max()));
-    END IF;
-    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
-    v_until := v_now + p_ttl_ms;
-    RETURN QUERY
-    UPDATE jobs j
-       SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-           lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
-           lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                 THEN greatest(j.lease_sequence + 1,
-                                               (SELECT token_floor_at(
-                                                           (SELECT e.epoch FROM store_epoch e))),
-                                               (SELECT f.lease_sequence + 1 FROM job_fences f))
-                                 ELSE j.lease_sequence END,
-           attempts = CASE WHEN j.attempts < j.max_attempts
-                           THEN j.attempts + 1 ELSE j.attempts END,
-           failed = j.attempts >= j.max_attempts,
-           finished_at = CASE WHEN j.attempts < j.max_attempts
-                              THEN j.finished_at ELSE now_ms() END,
-           last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
-                             ELSE format('out of attempts: leased %s times (max_attempts '
-                                         '%s), the last lease expired without a release',
-                                         j.attempts, j.max_attempts) END
-     WHERE j.run_id = ANY (ARRAY(
-               SELECT c.run_id FROM jobs c
-                WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                  AND c.dispatch_at <= v_now
-                  AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                ORDER BY c.dispatch_at, c.run_id
-                LIMIT p_limit
-                  FOR UPDATE SKIP LOCKED))
-    RETURNING j.*;
 END
 $$;
 
@@ -224,8 +173,11 @@ CREATE FUNCTION {s}.proto_mark_many(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_ids  text[];
-    v_flag boolean[];
+    v_worker_ids jsonb;
+    v_fences     jsonb;
+    v_ids        text[];     -- the jobs the UPDATE recorded
+    v_flags      boolean[];  -- and their cancelled flags
+    v_marked     jsonb;
 BEGIN
     PERFORM check_primary();
     PERFORM check_run_ids_fast(p_run_ids);
@@ -235,40 +187,35 @@ BEGIN
         PERFORM raise_invalid('worker_ids must hold strings of at most 1024 characters');
     END IF;
     PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
+    v_worker_ids := jsonb_object(p_run_ids, p_worker_ids);
+    v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
 
-    -- The inputs joined to the rows by position, not looked up in jsonb: the sorted
-    -- input and a merge join on the key (the rows are locked in run_id order too).
-    WITH a AS MATERIALIZED (
-        SELECT u.run_id, u.worker_id, u.seq
-          FROM unnest(p_run_ids, p_worker_ids, p_lease_sequences) AS u(run_id, worker_id, seq)),
-    marked AS (
+    WITH marked AS (
         UPDATE jobs j
            SET dispatched = true,
-               worker_id = a.worker_id,
+               worker_id = v_worker_ids ->> j.run_id,
                finished_at = coalesce(j.finished_at, now_ms())
-          FROM a
-         WHERE j.run_id = a.run_id
-           AND j.run_id = ANY (p_run_ids)
+         WHERE j.run_id = ANY (p_run_ids)
            AND j.lease_holder = p_holder
-           AND j.lease_sequence = coalesce(a.seq, j.lease_sequence)
+           AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
         RETURNING j.run_id, j.cancelled)
-    SELECT array_agg(m.run_id), array_agg(m.cancelled) INTO v_ids, v_flag FROM marked m;
+    SELECT array_agg(m.run_id), array_agg(m.cancelled) INTO v_ids, v_flags FROM marked m;
 
-    IF cardinality(v_ids) = cardinality(p_run_ids) THEN
-        -- Every job recorded (the common case): its flag, in the order given.
-        RETURN QUERY
-        SELECT u.run_id, f.flag, true
-          FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
-          JOIN unnest(v_ids, v_flag) AS f(run_id, flag) ON f.run_id = u.run_id
-         ORDER BY u.ord;
+    -- Every job recorded (the run ids are distinct, and each row is updated once) and
+    -- none cancelled: the answer is known without looking a job up.
+    IF cardinality(v_ids) = cardinality(p_run_ids) AND array_position(v_flags, true) IS NULL
+    THEN
+        RETURN QUERY SELECT u.run_id, false, true FROM unnest(p_run_ids) AS u(run_id);
         RETURN;
     END IF;
+    v_marked := jsonb_object(v_ids, v_flags::text[]);
     RETURN QUERY
     SELECT u.run_id,
-           coalesce(f.flag, (SELECT s.cancelled FROM jobs s WHERE s.run_id = u.run_id), false),
-           f.run_id IS NOT NULL
+           coalesce((v_marked ->> u.run_id)::boolean,
+                    (SELECT s.cancelled FROM jobs s WHERE s.run_id = u.run_id),
+                    false),
+           (v_marked ->> u.run_id) IS NOT NULL
       FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
-      LEFT JOIN unnest(v_ids, v_flag) AS f(run_id, flag) ON f.run_id = u.run_id
      ORDER BY u.ord;
 END
 $$;
@@ -394,7 +341,7 @@ class Floor:
         if variant in ("pgstore_batch", "proto_batch"):
             fn_lease, fn_mark = (("job_lease_many", "job_mark_dispatched_many")
                                  if variant == "pgstore_batch"
-                                 else ("proto_lease_many", "proto_mark_many"))
+                                 else ("job_lease_many", "proto_mark_many"))
             lease = (f"SELECT * FROM {s}.{fn_lease}(%s::text, %s::bigint, %s::bigint,"
                      f" %s::integer)")
             mark = (f"SELECT * FROM {s}.{fn_mark}(%s::text[], %s::text, %s::text[],"
