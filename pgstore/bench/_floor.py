@@ -27,6 +27,13 @@ server's ``synchronous_commit``, as pgstore runs):
   common case), the answer given without building the jsonb object of the recorded
   jobs or looking each job up in it.
 
+* ``dispatcher``: pgstore's ``Dispatcher`` (``AsyncPgJobStore`` on one connection,
+  ``batch_size`` 500, ``concurrency`` 1000, an ``async def`` dispatch that returns a
+  worker id, no event subscriber) draining the same table in this process: its client
+  CPU a job is the Python runtime's cost over the SQL path's (``pgstore_batch``).
+
+Array parameters go in binary (``%b``), as pgstore's wrappers send them.
+
 Per variant and repeat: the table refilled and settled (VACUUM ANALYZE, CHECKPOINT),
 then the drain, measuring the server backend's CPU (``utime + stime`` of
 ``/proc/<pg_backend_pid()>/stat``, in clock ticks, and ``/proc/<pid>/schedstat``, in ns,
@@ -37,11 +44,14 @@ repeat; ratios are to ``bare_text`` of the same repeat, medians over the repeats
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from pgstore.bench._common import (
     Conn,
@@ -62,7 +72,9 @@ TTL = 30_000
 ME = "floor-worker"
 
 VARIANTS = ("bare_text", "bare_bigint", "pgstore_batch", "pgstore_single",
-            "pgstore_updates", "proto_batch")
+            "pgstore_updates", "proto_batch", "dispatcher")
+#: The Dispatcher variant's ``concurrency``: two batches in flight.
+DISPATCHER_CONCURRENCY = 1000
 
 
 def _bare_ddl(s: str) -> str:
@@ -95,7 +107,7 @@ def _bare_lease(s: str, table: str) -> str:
 
 def _bare_mark(s: str, table: str, key: str) -> str:
     return (f"UPDATE {s}.{table} SET status = 2, worker_id = %s"
-            f" WHERE id = ANY (%s::{key}[]) AND holder = %s AND status = 1")
+            f" WHERE id = ANY (%b::{key}[]) AND holder = %s AND status = 1")
 
 
 #: The UPDATE of job_lease_many (sql/22_job_batches.sql), its variables as parameters:
@@ -134,12 +146,12 @@ def _pg_mark_update(s: str) -> str:
     return f"""
 UPDATE {s}.jobs j
    SET dispatched = true,
-       worker_id = (SELECT jsonb_object(%(ids)s::text[], %(workers)s::text[])) ->> j.run_id,
+       worker_id = (SELECT jsonb_object(%(ids)b::text[], %(workers)b::text[])) ->> j.run_id,
        finished_at = coalesce(j.finished_at, {s}.now_ms())
- WHERE j.run_id = ANY (%(ids)s::text[])
+ WHERE j.run_id = ANY (%(ids)b::text[])
    AND j.lease_holder = %(holder)s
    AND j.lease_sequence = coalesce(
-           ((SELECT jsonb_object(%(ids)s::text[], %(seqs)s::text[])) ->> j.run_id)::bigint,
+           ((SELECT jsonb_object(%(ids)b::text[], %(seqs)b::text[])) ->> j.run_id)::bigint,
            j.lease_sequence)
 RETURNING j.run_id, j.cancelled"""
 
@@ -297,10 +309,11 @@ class Floor:
             c.execute(f"INSERT INTO {s}.q_bigint (run_at) SELECT {NOW - 1000}"
                       f" FROM generate_series(1, {n}) i".encode())
             settle(c, f"{s}.q_bigint")
-        else:
+        else:  # the Dispatcher reads the database's clock: due long before it
+            due = 1000 if variant == "dispatcher" else NOW - 1000
             c.execute(f"TRUNCATE {s}.jobs".encode())
             c.execute(f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'job-' ||"
-                      f" lpad(i::text, 8, '0'), {NOW - 1000}"
+                      f" lpad(i::text, 8, '0'), {due}"
                       f" FROM generate_series(1, {n}) i".encode())
             settle(c, f"{s}.jobs")
 
@@ -344,8 +357,8 @@ class Floor:
                                  else ("job_lease_many", "proto_mark_many"))
             lease = (f"SELECT * FROM {s}.{fn_lease}(%s::text, %s::bigint, %s::bigint,"
                      f" %s::integer)")
-            mark = (f"SELECT * FROM {s}.{fn_mark}(%s::text[], %s::text, %s::text[],"
-                    f" %s::bigint[])")
+            mark = (f"SELECT * FROM {s}.{fn_mark}(%b::text[], %s::text, %b::text[],"
+                    f" %b::bigint[])")
 
             def batch() -> int:
                 done = 0
@@ -414,6 +427,8 @@ class Floor:
     def drain(self, variant: str, n: int) -> dict[str, Any]:
         """Fill ``n`` jobs, drain them through ``variant``; the costs a job."""
         self.fill(variant, n)
+        if variant == "dispatcher":
+            return asyncio.run(self._dispatcher_drain(n))
         split = Split(self.pid)
         loop = self.loop(variant, split)
         stat0, sched0 = backend_stat_ns(self.pid), backend_sched_ns(self.pid)
@@ -422,21 +437,69 @@ class Floor:
         wall = time.perf_counter_ns() - wall0
         cpu = time.process_time_ns() - cpu0
         stat1, sched1 = backend_stat_ns(self.pid), backend_sched_ns(self.pid)
-        left = self.left(variant)
-        out: dict[str, Any] = {
-            "jobs": done, "left": left, "ok": done == n and left == 0,
-            "jobs_per_s": done / (wall / 1e9),
-            "client_cpu_us": cpu / 1000 / done,
-            "server_cpu_us": None, "server_sched_us": None,
-            "server_lease_us": None, "server_mark_us": None,
-        }
-        if stat0 is not None and stat1 is not None:
-            out["server_cpu_us"] = (stat1 - stat0) / 1000 / done
-        if sched0 is not None and sched1 is not None:
-            out["server_sched_us"] = (sched1 - sched0) / 1000 / done
+        out = self._costs(variant, n, done, wall, cpu, (stat0, stat1), (sched0, sched1))
+        if out["server_sched_us"] is not None:
             out["server_lease_us"] = split.ns["lease"] / 1000 / done
             out["server_mark_us"] = split.ns["mark"] / 1000 / done
         return out
+
+    def _costs(self, variant: str, n: int, done: int, wall: int, cpu: int,
+               stat: tuple[int | None, int | None],
+               sched: tuple[int | None, int | None]) -> dict[str, Any]:
+        left = self.left(variant)
+        done_or_1 = max(done, 1)
+        out: dict[str, Any] = {
+            "jobs": done, "left": left, "ok": done == n and left == 0,
+            "jobs_per_s": done / (wall / 1e9),
+            "client_cpu_us": cpu / 1000 / done_or_1,
+            "server_cpu_us": None, "server_sched_us": None,
+            "server_lease_us": None, "server_mark_us": None,
+        }
+        if stat[0] is not None and stat[1] is not None:
+            out["server_cpu_us"] = (stat[1] - stat[0]) / 1000 / done_or_1
+        if sched[0] is not None and sched[1] is not None:
+            out["server_sched_us"] = (sched[1] - sched[0]) / 1000 / done_or_1
+        return out
+
+    async def _dispatcher_drain(self, n: int) -> dict[str, Any]:
+        """``n`` jobs through one Dispatcher (``batch_size`` 500, ``concurrency`` 1000, an
+        ``async def`` dispatch, no event subscriber) on one connection of its own: this
+        process's CPU from its start to its last mark, over ``n``."""
+        from pgstore.models import Job
+        from pgstore.postgres.jobs import AsyncPgJobStore
+        from pgstore.runtime.dispatcher import Dispatcher
+
+        got = 0
+
+        async def dispatch(job: Job) -> str:
+            nonlocal got
+            got += 1
+            return ME
+
+        conn = await psycopg.AsyncConnection.connect(self.cfg.dsn, autocommit=True)
+        try:
+            store = AsyncPgJobStore(conn, schema=self.schema)
+            d = Dispatcher(store, dispatch, holder=ME, concurrency=DISPATCHER_CONCURRENCY,
+                           batch_size=FLOOR_BATCH, poll_interval=0.002, listen=False)
+            await d.start()
+            await (await conn.execute(b"SELECT 1")).fetchall()
+            pid = int(conn.info.backend_pid)
+            stat0, sched0 = backend_stat_ns(pid), backend_sched_ns(pid)
+            cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
+            runner = asyncio.ensure_future(d.run(handle_signals=False))
+            while got < n or d.running:
+                await asyncio.sleep(0.005)
+                if runner.done():
+                    break
+            wall = time.perf_counter_ns() - wall0
+            cpu = time.process_time_ns() - cpu0
+            stat1, sched1 = backend_stat_ns(pid), backend_sched_ns(pid)
+            d.stop()
+            await runner
+            await store.close()
+        finally:
+            await conn.close()
+        return self._costs("dispatcher", n, got, wall, cpu, (stat0, stat1), (sched0, sched1))
 
 
 def run_floor(cfg: Settings) -> dict[str, Any]:
