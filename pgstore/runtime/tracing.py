@@ -17,6 +17,9 @@ a no-op). Attributes name the work and its lease:
   ``Complete`` event) or ``released`` (``dispatch`` raised). Every outcome but
   ``ok``, ``completed`` and ``cancelled`` sets the span's status to error.
 
+The Dispatcher asks ``recording()`` once per lease call, not once a job: jobs
+leased before the application set its provider run without a span.
+
 A plain (thread-pool) handler runs in the span's context, so spans it opens are
 children of the run's. Without the package, ``span()`` is a context manager
 that does nothing (no import, no allocation beyond one shared object). With the
