@@ -396,3 +396,31 @@ def test_the_pgqueuer_loop_imports_pgqueuer_before_the_drain() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_quick_bench_of_the_queue_floor(pgstore_database: str, tmp_path: Path) -> None:
+    """Every variant drains all its jobs (each marked done, none left), and reports its
+    costs a job and their ratios to the text-keyed bare queue."""
+    from pgstore.bench._floor import VARIANTS
+
+    doc = _bench(pgstore_database, tmp_path, "--only", "queue-floor", "--floor-jobs", "1200",
+                 "--floor-single-jobs", "30", "--no-chart")
+    assert doc["errors"] == {}
+    floor = doc["results"]["queue-floor"]
+    assert floor["all_checks_ok"]
+    assert (floor["jobs"], floor["single_jobs"], floor["repeats"]) == (1200, 30, 1)
+    assert list(floor["variants"]) == list(VARIANTS)
+    for name, v in floor["variants"].items():
+        want = 30 if name == "pgstore_single" else 1200
+        (run,) = v["runs"]
+        assert v["ok"] and run["jobs"] == want and run["left"] == 0, (name, run)
+        for m in ("client_cpu_us", "jobs_per_s"):
+            assert _positive(v[m]["median"]), (name, m)
+        for m in ("server_cpu_us", "server_sched_us", "server_lease_us", "server_mark_us"):
+            assert v[m] is None or v[m]["median"] >= 0, (name, m)  # None: server not local
+    assert set(floor["over_bare_text"]) == set(VARIANTS) - {"bare_text"}
+    for name, over in floor["over_bare_text"].items():
+        assert _positive(over["client_cpu_us"]["ratio"]["median"]), name
+        assert _positive(over["jobs_per_s"]["ratio"]["median"]), name
+    assert _check_ratios(doc) >= 2 * (len(VARIANTS) - 1)
+    assert "Queue floor: one process drains" in (tmp_path / "results.md").read_text()

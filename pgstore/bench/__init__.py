@@ -24,7 +24,11 @@ under ``.pgdata/bench``), inside that database, in schemas named
     processes per system: time to drain, jobs/s, lateness, ``burst.png``;
 11. ``stats``: ``store_stats()`` at 1,000 and ``--stats-rows`` finished jobs, at
     ``pgstore_0013`` (which scans the history) and at head, and what head costs
-    a lease with its mark and a cancel against ``pgstore_0013``.
+    a lease with its mark and a cancel against ``pgstore_0013``;
+12. ``queue-floor``: one process drains ``--floor-jobs`` jobs in batches of 500
+    through a minimal hand-written queue (text and bigint keys) and through
+    pgstore's SQL paths: server CPU (the backend's ``/proc`` stats), client CPU
+    and jobs/s a job, as ratios to the text-keyed queue.
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -151,6 +155,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--burst-systems", type=_burst_systems,
                    help="systems in the burst (default pgstore_batch,pgstore_single,"
                         "procrastinate)")
+    p.add_argument("--floor-jobs", type=_positive,
+                   help="jobs each queue-floor drain takes (default 50000)")
+    p.add_argument("--floor-single-jobs", type=_positive,
+                   help="jobs of the queue-floor single-call drain (default 5000)")
+    p.add_argument("--floor-repeats", type=_positive,
+                   help="queue-floor drains per variant (default 3)")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png and burst.png")
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
                    help="measure nothing: redraw the table, results.md and chart.png of a"
@@ -170,10 +180,12 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.retention_rows, cfg.retention_small = 5_000, 200
         cfg.stats_rows, cfg.stats_small = 5_000, 200
         cfg.burst_jobs, cfg.burst_workers = 2_000, 2
+        cfg.floor_jobs, cfg.floor_single_jobs, cfg.floor_repeats = 2_000, 200, 1
     for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_seconds",
                  "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
-                 "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems"):
+                 "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
+                 "floor_jobs", "floor_single_jobs", "floor_repeats"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -184,6 +196,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
 
 def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     from pgstore.bench._burst import run_burst
+    from pgstore.bench._floor import run_floor
     from pgstore.bench._ha import run_ha
     from pgstore.bench._hot import run_hot
     from pgstore.bench._ops import run_floors, run_naive, run_ops
@@ -196,7 +209,7 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
             "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
             "retention": run_retention,
-            "burst": run_burst, "stats": run_stats}
+            "burst": run_burst, "stats": run_stats, "queue-floor": run_floor}
 
 
 def write(doc: dict[str, Any], out: Path, chart: bool = True,

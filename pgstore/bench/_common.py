@@ -27,7 +27,7 @@ from pgstore.schema.objects import load
 PREFIX = "pgstore_bench_"
 
 SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha",
-            "retention", "burst", "stats")
+            "retention", "burst", "stats", "queue-floor")
 
 Conn = psycopg.Connection[Any]
 
@@ -64,6 +64,10 @@ class Settings:
     burst_repeats: int = 1
     burst_systems: tuple[str, ...] = ("pgstore_batch", "pgstore_single", "procrastinate",
                                       "pgqueuer", "graphile-worker", "pg-boss")
+    floor_jobs: int = 50_000
+    #: The single path's drain in the queue-floor section: a commit a call.
+    floor_single_jobs: int = 5_000
+    floor_repeats: int = 3
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

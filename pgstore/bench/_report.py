@@ -105,6 +105,13 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
                                c["ratio"]["median"], "<=", 1.1))
             out.append(_target(f"job_lease buffers with {what} / {retention['kept_rows']:,}",
                                c["buffers"]["other"] / max(c["buffers"]["small"], 1), "<=", 1.1))
+    floor = results.get("queue-floor")
+    if floor:
+        for name in ("pgstore_batch", "proto_batch"):
+            over = floor["over_bare_text"].get(name, {}).get("server_sched_us")
+            if over:
+                out.append(_target(f"queue floor: {name} / bare text-keyed queue, server CPU"
+                                   " a job", over["ratio"]["median"], "<=", 1.2))
     burst = results.get("burst")
     if burst and "pgstore_batch" in burst["systems"]:
         mine = burst["systems"]["pgstore_batch"]
@@ -295,6 +302,9 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                                        ("cancel", "job_cancel of a waiting job"))]
         out.append((f"The write path at {small:,} finished jobs, {BEFORE} against head",
                     ["call", BEFORE, "head", "ratio"], rows))
+    floor = results.get("queue-floor")
+    if floor:
+        out.append(_floor_table(floor))
     wake = results.get("wakeup")
     if wake:
         rows = [["schedule → dispatch latency (idle dispatcher, 60 s poll)",
@@ -316,6 +326,31 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                      "p99 (s)", "max (s)", "CPU µs/job (workers + server)", "exactly once"],
                     _burst_rows(burst)))
     return out
+
+
+def _floor_table(floor: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    """The queue-floor section: a job's costs on each variant, and their ratios to the
+    text-keyed bare queue."""
+
+    def cell(v: dict[str, Any], o: dict[str, Any] | None, m: str, fmt: str) -> str:
+        if v.get(m) is None:
+            return "-"
+        text = format(v[m]["median"], fmt)
+        if o and m in o:
+            text += f" · {o[m]['ratio']['median']:.2f}x"
+        return text
+
+    rows = []
+    for name, v in floor["variants"].items():
+        o = floor["over_bare_text"].get(name)
+        rows.append([f"{name} ({v['jobs']:,} jobs)" + ("" if v["ok"] else " FAILED"),
+                     cell(v, o, "server_sched_us", ".1f"), cell(v, o, "server_lease_us", ".1f"),
+                     cell(v, o, "server_mark_us", ".1f"), cell(v, o, "server_cpu_us", ".0f"),
+                     cell(v, o, "client_cpu_us", ".1f"), cell(v, o, "jobs_per_s", ",.0f")])
+    return (f"Queue floor: one process drains jobs in batches of {floor['batch']}, "
+            f"median of {floor['repeats']}; ratio to bare_text",
+            ["variant", "server µs/job (schedstat)", "of it lease", "of it mark",
+             "server µs/job (stat ticks)", "client CPU µs/job", "jobs/s"], rows)
 
 
 def _ha_tables(ha: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -42,11 +42,16 @@ def statement(schema: str, function: Function) -> str:
 
     The casts pin the argument types (psycopg would otherwise send small
     Python ints as int2 and an empty list untyped) and keep plans stable.
+    Arrays go in binary (``%b``): psycopg's text format searches every element
+    with a regular expression for the characters that need quoting, 1.2-1.8 µs
+    an element against 0.3-0.4 µs in binary, which a batch of 500 marks pays
+    three times over (run ids, worker ids, lease sequences).
     Composed once per schema and function: rendering a ``sql.Composed`` at
     every call cost up to 30 µs. The text is run with parameters, so a ``%``
     in the schema's name is doubled (psycopg reads the text's ``%`` as
     placeholder marks, quoted identifiers included).
     """
     target = identifier_for_params(schema, function.name).as_string(None)
-    casts = ", ".join(f"%s::{arg_type}" for arg_type in function.arg_types)
+    casts = ", ".join(f"%b::{arg_type}" if arg_type.endswith("[]") else f"%s::{arg_type}"
+                      for arg_type in function.arg_types)
     return f"SELECT * FROM {target}({casts})"

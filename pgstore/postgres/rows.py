@@ -163,17 +163,36 @@ def job_page(rows: Sequence[Row], columns: Columns) -> JobPage:
     return JobPage(jobs=jobs(rows, columns), matching=matching)
 
 
+#: The four answers a mark can give, built once: a ``MarkResult`` is frozen and holds two
+#: flags, so every mark answers one of these (a NULL flag reads as False), and a burst of
+#: marks builds no object a job.
+_MARKS = {(c, r): MarkResult(cancelled=c, recorded=r) for c in (False, True)
+          for r in (False, True)}
+
+
+#: Where (cancelled, recorded) are in rows with these columns.
+_MARK_AT: dict[Columns, tuple[int, int]] = {}
+
+
+def _mark_at(columns: Columns) -> tuple[int, int]:
+    found = _MARK_AT.get(columns)
+    if found is None:
+        cancelled, recorded = _indices(MarkResult, columns)
+        found = _MARK_AT[columns] = (cancelled, recorded)
+    return found
+
+
 def mark_result(rows: Sequence[Row], columns: Columns) -> MarkResult:
-    result = _one(MarkResult, rows[0], columns)
-    if result.cancelled.__class__ is bool and result.recorded.__class__ is bool:
-        return result
-    return MarkResult(bool(result.cancelled), bool(result.recorded))  # a NULL: False
+    cancelled, recorded = _mark_at(columns)
+    row = rows[0]
+    return _MARKS[bool(row[cancelled]), bool(row[recorded])]
 
 
 def mark_results(rows: Sequence[Row], columns: Columns) -> list[MarkResult]:
     """``job_mark_dispatched_many``'s rows, one per job in the order given."""
-    cancelled, recorded = columns.index("cancelled"), columns.index("recorded")
-    return [MarkResult(cancelled=bool(r[cancelled]), recorded=bool(r[recorded])) for r in rows]
+    cancelled, recorded = _mark_at(columns)
+    marks = _MARKS
+    return [marks[bool(r[cancelled]), bool(r[recorded])] for r in rows]
 
 
 def renewed(rows: Sequence[Row], columns: Columns) -> list[bool]:

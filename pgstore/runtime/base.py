@@ -263,10 +263,11 @@ class Runtime:
             raise
         if not pieces:
             self.emit(Claim(runtime=self.kind, owner=self.owner, outcome="empty"))
+        loop, running, ended = asyncio.get_running_loop(), self._running, self._ended
         for piece in pieces:
-            task = asyncio.get_running_loop().create_task(piece)
-            self._running.add(task)
-            task.add_done_callback(self._ended)
+            task = loop.create_task(piece)
+            running.add(task)
+            task.add_done_callback(ended)
         return len(pieces)
 
     def _refill(self) -> int:

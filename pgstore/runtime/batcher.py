@@ -61,14 +61,17 @@ class Batcher(Generic[I, R]):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
 
-    async def submit(self, item: I) -> R:
+    def submit(self, item: I) -> asyncio.Future[R]:
+        """The future of ``item``'s answer (await it). A future, not a coroutine: no
+        coroutine a call; cancelling it (or the task awaiting it) before its batch is
+        sent leaves ``item`` out of the batch."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, future))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        return await future
+        return future
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -51,7 +51,8 @@ class ProviderCall:
         except Exception:
             self._ran(job, "error", started)
             raise
-        self._ran(job, "ok", started)
+        if self._host.events_active:
+            self._ran(job, "ok", started)
         return result
 
     def _ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],

@@ -227,26 +227,29 @@ class Dispatcher(Runtime):
         anchor = time.monotonic()  # every lease below runs from no earlier than this
         now = await self.now()
         keepers = LeaseKeepers(self._renewals.keeper, anchor, self.lease_ms)
-        return [self._run(job, now, keepers) for job in await self._leaser.lease(now, free)]
+        jobs = await self._leaser.lease(now, free)
+        if jobs and tracing.recording():  # checked once for the call's jobs
+            return [self._traced_run(job, now, keepers) for job in jobs]
+        return [self._run(job, now, keepers) for job in jobs]
 
-    async def _run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
-        lateness_ms = leased_at - job.dispatch_at
+    async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
+        """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""
         with tracing.span("pgstore.dispatch", {
             "pgstore.owner": self.holder, "pgstore.run_id": job.run_id,
             "pgstore.lease_sequence": job.lease_sequence,
-            "pgstore.dispatch_at": job.dispatch_at, "pgstore.lateness_ms": lateness_ms,
+            "pgstore.dispatch_at": job.dispatch_at,
+            "pgstore.lateness_ms": leased_at - job.dispatch_at,
         }) as span:
-            if self.events_active:
-                self.emit(Dispatch(runtime="dispatcher", owner=self.holder,
-                                   subject=job.run_id, token=job.lease_sequence,
-                                   dispatch_at=job.dispatch_at, now=leased_at,
-                                   lateness_ms=lateness_ms))
-            outcome = await self._dispatch_and_mark(job, keepers)
-            tracing.finish(span, outcome)
+            tracing.finish(span, await self._run(job, leased_at, keepers))
 
-    async def _dispatch_and_mark(self, job: Job, keepers: LeaseKeepers) -> str:
+    async def _run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> str:
         """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
         or ``released``). The job's lease is kept from here until the mark's answer."""
+        if self.events_active:
+            self.emit(Dispatch(runtime="dispatcher", owner=self.owner,
+                               subject=job.run_id, token=job.lease_sequence,
+                               dispatch_at=job.dispatch_at, now=leased_at,
+                               lateness_ms=leased_at - job.dispatch_at))
         keepers.watch(job)
         try:
             try:
@@ -259,4 +262,6 @@ class Dispatcher(Runtime):
             answer = await self._marker.record(job, worker_id)
         finally:
             keepers.done(job)
+        if self._marker.completed(job, worker_id, answer):  # the common case, no await
+            return "completed"
         return await self._marker.settle(job, worker_id, answer)

@@ -258,20 +258,20 @@ class EventHub:
     def __init__(self, log: logging.Logger) -> None:
         self._subscribers: tuple[Subscriber, ...] = ()
         self._log = log
+        #: True when someone listens (events need not be built otherwise): kept with the
+        #: subscribers, a plain attribute, since the runtime reads it several times a job.
+        self.active = False
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Hand every later event to ``subscriber``; returns the function that stops it."""
         self._subscribers = (*self._subscribers, subscriber)
+        self.active = True
 
         def unsubscribe() -> None:
             self._subscribers = tuple(s for s in self._subscribers if s is not subscriber)
+            self.active = bool(self._subscribers)
 
         return unsubscribe
-
-    @property
-    def active(self) -> bool:
-        """True when someone listens (events need not be built otherwise)."""
-        return bool(self._subscribers)
 
     def emit(self, event: Event) -> None:
         """Hand ``event`` to every subscriber; one that raises is logged, never raised."""

@@ -44,14 +44,15 @@ class Leaser:
             asked = min(free, self.batch)
             got = await self._call(now, asked)
             events = host.events_active
-            for job in got:
-                log.info("%s: leased %s (due %s) until %s", host.owner, job.run_id,
-                         job.dispatch_at, job.lease_until)
-                if events:
-                    host.emit(Claim(runtime="dispatcher", owner=host.owner,
-                                    outcome="claimed", now=now, subject=job.run_id,
-                                    token=job.lease_sequence, due_at=job.dispatch_at,
-                                    lease_until=job.lease_until))
+            if events or log.isEnabledFor(logging.INFO):  # checked once for the call
+                for job in got:
+                    log.info("%s: leased %s (due %s) until %s", host.owner, job.run_id,
+                             job.dispatch_at, job.lease_until)
+                    if events:
+                        host.emit(Claim(runtime="dispatcher", owner=host.owner,
+                                        outcome="claimed", now=now, subject=job.run_id,
+                                        token=job.lease_sequence, due_at=job.dispatch_at,
+                                        lease_until=job.lease_until))
             leased.extend(got)
             if len(got) < asked:
                 self.batch = 1

@@ -72,18 +72,44 @@ class Marker:
     async def record(self, job: Job, worker_id: str | None) -> Answer:
         """Check ``worker_id``, then mark: the answer, or the refusal of a bad argument.
         The same for a job marked alone or in a batch."""
+        # The worker id is checked here, by the rule the SQL applies, before the mark
+        # joins a batch: a bad one never reaches a batch call. (A short ASCII string
+        # with no NUL passes ``v.worker_id`` as it is: the common case, checked inline.)
+        if worker_id is not None and not (
+                worker_id.__class__ is str and len(worker_id) <= v.NAME_MAX_CHARS
+                and worker_id.isascii() and "\x00" not in worker_id):
+            try:
+                v.worker_id("worker_id", worker_id)
+            except InvalidArgument as exc:
+                return None, 1, exc
+        # The first attempt inline (one coroutine less a job); ``mark`` retries it.
+        give_up_at = time.monotonic() + self.mark_timeout
         try:
-            # The worker id is checked here, by the rule the SQL applies, before
-            # the mark joins a batch: a bad one never reaches a batch call.
-            v.worker_id("worker_id", worker_id)
-            mark, attempts = await self.mark(job, worker_id)
-        except InvalidArgument as exc:
-            return None, 1, exc
+            return await self._marks.submit((job, worker_id)), 1, None
+        except Exception as exc:
+            try:
+                mark, attempts = await self._retry(job, worker_id, give_up_at, exc)
+            except InvalidArgument as refused:
+                return None, 1, refused
         return mark, attempts, None
+
+    def completed(self, job: Job, worker_id: str | None, answer: Answer) -> bool:
+        """``settle`` for the common answer, with no coroutine: the dispatch was recorded
+        and no cancel came, so the bot stays (``Complete`` outcome ``completed``); True.
+        False for any other answer, which ``settle`` acts on."""
+        mark, attempts, refused = answer
+        if refused is not None or mark is None or not mark.recorded or mark.cancelled:
+            return False
+        if self._host.events_active:
+            self._completed(job, "completed", attempts, worker_id)
+        log.info("%s: dispatched %s to %s", self._host.owner, job.run_id, worker_id)
+        return True
 
     async def settle(self, job: Job, worker_id: str | None, answer: Answer) -> str:
         """Act on ``record``'s answer (recall, release); what happened (``Complete``'s
         outcome, or ``released``)."""
+        if self.completed(job, worker_id, answer):
+            return "completed"
         mark, attempts, refused = answer
         holder = self._host.owner
         if refused is not None:
@@ -95,10 +121,6 @@ class Marker:
             why = f"not recorded within mark_timeout ({self.mark_timeout:g}s)"
             reason = "unrecorded"
         else:
-            if mark.recorded and not mark.cancelled:
-                self._completed(job, "completed", attempts, worker_id)
-                log.info("%s: dispatched %s to %s", holder, job.run_id, worker_id)
-                return "completed"
             if mark.recorded:
                 self._completed(job, "cancelled", attempts, worker_id)
             else:
@@ -117,31 +139,39 @@ class Marker:
         commit); None for the answer past that. A permanent refusal
         (``InvalidArgument``: a bad argument, nothing changed) is never retried: it is
         raised at once."""
-        holder = self._host.owner
         give_up_at = time.monotonic() + self.mark_timeout
-        attempt = 0
+        try:
+            return await self._marks.submit((job, worker_id)), 1
+        except Exception as exc:
+            return await self._retry(job, worker_id, give_up_at, exc)
+
+    async def _retry(self, job: Job, worker_id: str | None, give_up_at: float,
+                     exc: Exception) -> tuple[MarkResult | None, int]:
+        """``mark`` after its first attempt failed with ``exc``."""
+        holder = self._host.owner
+        attempt = 1
         while True:
+            if is_permanent(exc):
+                log.error("%s: mark_dispatched of %s refused: %s: %s", holder,
+                          job.run_id, type(exc).__name__, exc)
+                if isinstance(exc, InvalidArgument):
+                    raise exc
+                raise InvalidArgument(str(exc), sqlstate=getattr(exc, "sqlstate", None)
+                                      or "22023") from exc
+            left = give_up_at - time.monotonic()
+            log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
+                        "%s: %s", holder, job.run_id, attempt, max(left, 0.0),
+                        type(exc).__name__, exc)
+            if left <= 0:
+                log.error("%s: %s sent to %s but not recorded after %d attempt(s)",
+                          holder, job.run_id, worker_id, attempt)
+                return None, attempt
+            await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
             attempt += 1
             try:
-                answer = await self._marks.submit((job, worker_id))
-                return answer, attempt
-            except Exception as exc:
-                if is_permanent(exc):
-                    log.error("%s: mark_dispatched of %s refused: %s: %s", holder,
-                              job.run_id, type(exc).__name__, exc)
-                    if isinstance(exc, InvalidArgument):
-                        raise
-                    raise InvalidArgument(str(exc), sqlstate=getattr(exc, "sqlstate", None)
-                                          or "22023") from exc
-                left = give_up_at - time.monotonic()
-                log.warning("%s: mark_dispatched of %s failed (attempt %d, %.1fs left): "
-                            "%s: %s", holder, job.run_id, attempt, max(left, 0.0),
-                            type(exc).__name__, exc)
-                if left <= 0:
-                    log.error("%s: %s sent to %s but not recorded after %d attempt(s)",
-                              holder, job.run_id, worker_id, attempt)
-                    return None, attempt
-                await asyncio.sleep(min(0.1 * 2 ** min(attempt, 8), MARK_RETRY_MAX, left))
+                return await self._marks.submit((job, worker_id)), attempt
+            except Exception as again:
+                exc = again
 
     async def _refused(self, job: Job, worker_id: str | None, exc: InvalidArgument) -> None:
         """The mark of ``job`` was refused for a bad argument (a worker id over 1024

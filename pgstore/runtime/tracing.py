@@ -17,6 +17,9 @@ a no-op). Attributes name the work and its lease:
   ``Complete`` event) or ``released`` (``dispatch`` raised). Every outcome but
   ``ok``, ``completed`` and ``cancelled`` sets the span's status to error.
 
+The Dispatcher asks ``recording()`` once per lease call, not once a job: jobs
+leased before the application set its provider run without a span.
+
 A plain (thread-pool) handler runs in the span's context, so spans it opens are
 children of the run's. Without the package, ``span()`` is a context manager
 that does nothing (no import, no allocation beyond one shared object). With the
@@ -37,7 +40,7 @@ try:
 except ImportError:  # the otel extra is not installed: spans cost nothing
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "SpanLike", "finish", "span"]
+__all__ = ["ENABLED", "SpanLike", "finish", "recording", "span"]
 
 #: The outcomes that leave a span's status unset (all others set it to error).
 _FINE = frozenset({"ok", "completed", "cancelled"})
@@ -68,6 +71,16 @@ _NOTHING: AbstractContextManager[SpanLike] = nullcontext(_NO_SPAN)
 #: The tracer, got once: ``get_tracer`` reads the environment on every call. Got before
 #: the application sets its provider, it is the API's proxy, which follows it there.
 _tracer: Any = None
+
+
+def recording() -> bool:
+    """Whether ``span`` may record now: opentelemetry-api is there and the application
+    has set a tracer provider (the API's proxy records nothing). False means ``span``
+    would return the no-op, so a caller may skip building its attributes. Checked once
+    for many spans (the Dispatcher's: once per lease call), since while no provider is
+    set the API looks at the environment each time."""
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(),
+                                                 _trace.ProxyTracerProvider)
 
 
 def span(name: str, attributes: Mapping[str, str | int]) -> AbstractContextManager[SpanLike]:
