@@ -164,6 +164,7 @@ def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
 SQL_FUNCTIONS = [
     "schedule_get", "schedule_register", "schedule_claim_due", "schedule_renew",
     "schedule_complete", "schedule_delete", "schedule_list", "schedule_claim_next",
+    "schedule_pause", "schedule_resume", "schedule_trigger",
     "job_channel", "job_schedule", "job_lease", "job_renew", "job_mark_dispatched",
     "job_release", "job_retry", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
     "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
@@ -269,9 +270,12 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
            AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
                                  'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
-                                 'job_history_advance', 'job_history_forget')
+                                 'job_history_advance', 'job_history_forget',
+                                 'schedule_due_at')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
-           -- no argument or tested on their own (tests/test_restore_fence.py)
+           -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
+           -- the generated column's expression, against its reference in
+           -- tests/test_schedule_controls.py
         """,
         (db.schema,),
     ).fetchall()
@@ -478,7 +482,9 @@ def hostile(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "get": [ids],
     "register": [ids, st.sampled_from(["cron", "interval", "once"]), specs, times, times,
-                 catch_ups],
+                 catch_ups,
+                 st.one_of(st.integers(0, 86_400_000),
+                           st.sampled_from([-1, 86_400_001, 2**63 - 1, 2**63, None]))],
     "claim_due": [ids, names, times, positives],
     "renew": [ids, st.integers(0, 5), times],
     "complete": [ids, st.integers(0, 5), patches, times],
@@ -487,6 +493,9 @@ SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "claim_next": [names, times, positives, st.integers(1, 5),
                    st.one_of(st.none(), st.lists(ids, max_size=4))],
     "now_ms": [],
+    "pause": [ids, times],
+    "resume": [ids, times],
+    "trigger": [ids, times],
 }
 #: A maximum of attempts: none, a plausible one, or one SQL rejects (not positive, or past
 #: integer).
