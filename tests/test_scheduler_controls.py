@@ -16,6 +16,7 @@ import pytest
 
 from pgstore import InvalidArgument, MemoryScheduleStore
 from pgstore.models import CatchUp, jitter_due_at
+from pgstore.runtime.events import Claim, Event
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.conftest import present
 from tests.support.clock import FakeClock
@@ -87,7 +88,8 @@ def test_resume_meets_the_missed_occurrences_as_after_downtime(policy: CatchUp) 
 def test_trigger_runs_once_now_and_the_next_occurrence_stays() -> None:
     store, clock = MemoryScheduleStore(), FakeClock(START)
     runs: list[RunContext] = []
-    sched = _scheduler(store, clock)
+    events: list[Event] = []
+    sched = _scheduler(store, clock, on_event=events.append)
     sched.every("hourly", 3_600_000, runs.append)
 
     async def main() -> None:
@@ -107,6 +109,8 @@ def test_trigger_runs_once_now_and_the_next_occurrence_stays() -> None:
     assert [(r.scheduled_at, r.triggered, r.fencing_token) for r in runs] == [
         (START + 5_000, True, 1), (START + 3_600_000, False, 2)
     ]
+    claims = [e for e in events if isinstance(e, Claim) and e.outcome == "claimed"]
+    assert [c.due_at for c in claims] == [START + 5_000, START + 3_600_000]
 
 
 def test_trigger_is_refused_while_a_run_is_in_progress_or_paused() -> None:
@@ -134,8 +138,10 @@ def test_trigger_is_refused_while_a_run_is_in_progress_or_paused() -> None:
 def test_jitter_delays_each_occurrence_by_its_deterministic_offset() -> None:
     store, clock = MemoryScheduleStore(), FakeClock(START)
     runs: list[RunContext] = []
-    sched = _scheduler(store, clock)
+    events: list[Event] = []
+    sched = _scheduler(store, clock, on_event=events.append)
     sched.every("jit", 10 * MINUTE, runs.append, jitter=timedelta(minutes=5))
+    dues: list[int] = []
 
     async def main() -> None:
         await sched.start()
@@ -145,6 +151,7 @@ def test_jitter_delays_each_occurrence_by_its_deterministic_offset() -> None:
             record = present(store.get("jit"))
             nominal, due = present(record.next_run_at), present(record.due_at)
             assert due == jitter_due_at("jit", nominal, 5 * MINUTE)
+            dues.append(due)
             if due > nominal:
                 assert await _tick_at(sched, clock, due - 1) == 0
             assert await _tick_at(sched, clock, due) == 1
@@ -152,6 +159,10 @@ def test_jitter_delays_each_occurrence_by_its_deterministic_offset() -> None:
     run(main())
     # The handler sees the nominal occurrence; the grid does not drift.
     assert [r.scheduled_at for r in runs] == [START + k * 10 * MINUTE for k in (1, 2, 3)]
+    # A claim's lateness (the metrics' histogram) counts from the jittered due time.
+    claims = [e for e in events if isinstance(e, Claim) and e.outcome == "claimed"]
+    assert [c.due_at for c in claims] == dues
+    assert dues != [r.scheduled_at for r in runs]  # the offsets are not all zero
 
 
 def test_skip_counts_lateness_from_the_jittered_due_time() -> None:

@@ -315,7 +315,7 @@ class Scheduler(Runtime):
                      claim.fencing_token, claim.record.next_run_at)
             self.emit(Claim(runtime="scheduler", owner=self.owner, outcome="claimed", now=now,
                             subject=claim.record.id, token=claim.fencing_token,
-                            due_at=claim.record.next_run_at,
+                            due_at=_claimable_since(claim.record),
                             lease_until=claim.record.lease_until))
         return [self._run(claim, now, anchor) for claim in claims]
 
@@ -431,6 +431,14 @@ class Scheduler(Runtime):
             lease_ms=self.lease_ms, anchor=anchor,
             what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner, log=log,
             on_lost=lost)
+
+
+def _claimable_since(record: ScheduleRecord) -> int | None:
+    """When a claimed record became claimable: a trigger's time, else its jittered due
+    time (the claim's lateness counts from it, not from the nominal occurrence)."""
+    if record.triggered_at is not None:
+        return record.triggered_at
+    return record.due_at if record.due_at is not None else record.next_run_at
 
 
 def _jitter_ms(jitter: int | timedelta) -> int:
