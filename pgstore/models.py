@@ -56,7 +56,8 @@ def jitter_due_at(id: str, next_run_at: int | None, jitter_ms: int) -> int | Non
     claimed: ``next_run_at`` plus a deterministic offset in ``[0, jitter_ms)``, the first
     48 bits of ``md5(id + " " + str(next_run_at))`` modulo ``jitter_ms``; ``next_run_at``
     itself when ``jitter_ms`` is 0, None for None, at most the bigint maximum.
-    ``ScheduleRecord.due_at``; the SQL function ``schedule_due_at`` computes the same."""
+    ``ScheduleRecord.due_at`` with no trigger pending; the SQL function
+    ``schedule_due_at`` computes the same."""
     if next_run_at is None or jitter_ms <= 0:
         return next_run_at
     digest = hashlib.md5(f"{id} {next_run_at}".encode(), usedforsecurity=False).hexdigest()
@@ -88,9 +89,10 @@ class ScheduleRecord:
     occurrences: the store keeps it, the scheduler applies it (docs/catch-up.md).
 
     ``next_run_at`` is the nominal time of the next occurrence (what cron or the interval
-    grid says); ``due_at`` is when it may be claimed: ``next_run_at`` plus the schedule's
-    deterministic jitter in ``[0, jitter_ms)`` (``jitter_due_at``), the same as
-    ``next_run_at`` when ``jitter_ms`` is 0. ``paused``: no claim takes it
+    grid says); ``due_at`` is when the schedule may be claimed next: ``next_run_at`` plus
+    the schedule's deterministic jitter in ``[0, jitter_ms)`` (``jitter_due_at``), the
+    same as ``next_run_at`` when ``jitter_ms`` is 0, or a pending trigger's
+    ``triggered_at`` when that is earlier. ``paused``: no claim takes it
     (docs/schedule-controls.md). ``triggered_at``: a run out of turn asked for by
     ``trigger`` (the next claim takes it) or held (the claim is that run, and its
     ``complete`` keeps ``next_run_at``).

@@ -49,7 +49,7 @@ CREATE TABLE schedules (
     paused        boolean NOT NULL DEFAULT false,
     jitter_ms     bigint NOT NULL DEFAULT 0 CHECK (jitter_ms BETWEEN 0 AND 86400000),
     triggered_at  bigint,
-    due_at        bigint GENERATED ALWAYS AS (schedule_due_at(id, next_run_at, jitter_ms)) STORED
+    due_at        bigint GENERATED ALWAYS AS (least(schedule_due_at(id, next_run_at, jitter_ms), triggered_at)) STORED
 ) WITH (fillfactor = 70);
 
 COMMENT ON TABLE schedules IS
@@ -76,9 +76,10 @@ COMMENT ON COLUMN schedules.jitter_ms IS
 'Each occurrence becomes claimable a deterministic amount in [0, jitter_ms) after '
 'next_run_at: schedule_due_at(id, next_run_at, jitter_ms). 0: no jitter.';
 COMMENT ON COLUMN schedules.due_at IS
-'When the occurrence at next_run_at (the nominal time) may be claimed: '
-'schedule_due_at(id, next_run_at, jitter_ms), generated: it cannot disagree; NULL with '
-'next_run_at. The claims compare it with now, so the claim path costs what it did.';
+'When the schedule may be claimed next: the occurrence at next_run_at (the nominal time) '
+'plus its jitter, schedule_due_at(id, next_run_at, jitter_ms), or a pending trigger''s '
+'triggered_at when earlier. Generated: it cannot disagree. NULL for a tombstone with no '
+'trigger. The claims compare it with now, so the claim path costs what it did.';
 COMMENT ON COLUMN schedules.triggered_at IS
 'Set by schedule_trigger: a run out of turn is asked for (the next claim takes it) or held '
 '(the current claim is that run: its complete keeps next_run_at). NULL: none.';

@@ -169,6 +169,7 @@ SQL_FUNCTIONS = [
     "job_release", "job_retry", "job_cancel", "job_get", "job_list_dispatched", "job_remove",
     "now_ms", "schema_revision", "store_stats", "job_list", "job_purge",
     "job_schedule_many", "job_lease_many", "job_mark_dispatched_many", "job_renew_many",
+    "job_reschedule",
 ]
 
 STATE_SQL = """
@@ -513,6 +514,7 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10)), sequences],
     "release": [run_ids, names, times, sequences, errors],
     "retry": [run_ids, times],
+    "reschedule": [run_ids, times, times],
     "list_failed": [st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
     "cancel": [run_ids],
     "get": [run_ids],

@@ -41,12 +41,13 @@ COMMENT ON FUNCTION schedule_due_at(text, bigint, bigint) IS
 
 -- Rewrites the table once (a stored generated column), computing each row's due_at.
 ALTER TABLE schedules
-    ADD COLUMN due_at bigint GENERATED ALWAYS AS (schedule_due_at(id, next_run_at, jitter_ms)) STORED;
+    ADD COLUMN due_at bigint GENERATED ALWAYS AS (least(schedule_due_at(id, next_run_at, jitter_ms), triggered_at)) STORED;
 
 COMMENT ON COLUMN schedules.due_at IS
-'When the occurrence at next_run_at (the nominal time) may be claimed: '
-'schedule_due_at(id, next_run_at, jitter_ms), generated: it cannot disagree; NULL with '
-'next_run_at. The claims compare it with now, so the claim path costs what it did.';
+'When the schedule may be claimed next: the occurrence at next_run_at (the nominal time) '
+'plus its jitter, schedule_due_at(id, next_run_at, jitter_ms), or a pending trigger''s '
+'triggered_at when earlier. Generated: it cannot disagree. NULL for a tombstone with no '
+'trigger. The claims compare it with now, so the claim path costs what it did.';
 
 DROP FUNCTION schedule_register(text, text, text, bigint, bigint, text);
 
@@ -173,7 +174,7 @@ BEGIN
                                     token_floor_at((SELECT e.epoch FROM store_epoch e)))
      WHERE s.id = p_id
        AND NOT s.paused
-       AND (s.due_at <= v_now OR s.triggered_at IS NOT NULL)
+       AND s.due_at <= v_now
        AND (s.lease_until IS NULL OR s.lease_until <= v_now)
     RETURNING s.*;
 END
@@ -182,8 +183,8 @@ $$;
 COMMENT ON FUNCTION schedule_claim_due(text, text, bigint, bigint) IS
 'Claims p_id for p_owner until now + p_lease_ms and bumps its fencing_token '
 '(to at least token_floor(): above every token of an earlier timeline), '
-'only when it is not paused, is due (due_at <= now: next_run_at plus its jitter) or '
-'triggered (triggered_at IS NOT NULL), and has '
+'only when it is not paused, is due (due_at <= now: next_run_at plus its jitter, or '
+'the time of a pending trigger), and has '
 'no live lease (lease_until IS NULL OR lease_until <= now). Returns the claimed '
 'row, or no row: not due, leased elsewhere, or unknown. One UPDATE; concurrent '
 'claimers of one id get exactly one winner. 22023: p_lease_ms above '
@@ -290,14 +291,14 @@ BEGIN
                        SELECT c.id
                          FROM schedules c
                         WHERE NOT c.paused
-                          AND (c.due_at <= v_now OR c.triggered_at IS NOT NULL)
+                          AND c.due_at <= v_now
                           AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                        ORDER BY least(c.due_at, c.triggered_at), c.id
+                        ORDER BY c.due_at, c.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED))
             RETURNING s.*
         )
-        SELECT * FROM claimed ORDER BY least(due_at, triggered_at), id;
+        SELECT * FROM claimed ORDER BY due_at, id;
     ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -311,21 +312,21 @@ BEGIN
                          FROM schedules c
                         WHERE c.id = ANY (p_ids)
                           AND NOT c.paused
-                          AND (c.due_at <= v_now OR c.triggered_at IS NOT NULL)
+                          AND c.due_at <= v_now
                           AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                        ORDER BY least(c.due_at, c.triggered_at), c.id
+                        ORDER BY c.due_at, c.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED))
             RETURNING s.*
         )
-        SELECT * FROM claimed ORDER BY least(due_at, triggered_at), id;
+        SELECT * FROM claimed ORDER BY due_at, id;
     END IF;
 END
 $$;
 
 COMMENT ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) IS
-'Claims up to p_limit unpaused, due (due_at <= now) or triggered, unleased records for '
-'p_owner (earliest of due_at and triggered_at first, ties by id), bumping each fencing_token (to at least token_floor()), in '
+'Claims up to p_limit unpaused, due (due_at <= now: the jittered occurrence or a pending '
+'trigger), unleased records for p_owner (earliest due_at first, ties by id), bumping each fencing_token (to at least token_floor()), in '
 'one statement; rows locked '
 'by concurrent claimers are skipped. Only ids in p_ids when given (''{}'' claims '
 'nothing, NULL means no filter). Returns the claimed rows in that order. '
@@ -424,7 +425,8 @@ $$;
 
 COMMENT ON FUNCTION schedule_trigger(text, bigint) IS
 'Asks for one run of p_id now, out of turn: sets triggered_at (kept when already set), '
-'and the next claim (schedule_claim_due or schedule_claim_next, due or not) takes it with '
+'so due_at is at most now, and the next claim (schedule_claim_due or schedule_claim_next, '
+'due or not) takes it with '
 'a fresh fencing_token and a lease like any claim; its complete keeps next_run_at, so '
 'the regular occurrences do not move. An expired lease is fenced (token bumped, lease '
 'cleared): its holder can no longer renew or complete. Returns the record, or no row '

@@ -35,6 +35,14 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _due(id: str, next_run_at: int | None, jitter_ms: int, triggered_at: int | None) -> int | None:
+    """``due_at``: the jittered occurrence, or a pending trigger's time when earlier."""
+    due = jitter_due_at(id, next_run_at, jitter_ms)
+    if triggered_at is None:
+        return due
+    return triggered_at if due is None else min(due, triggered_at)
+
+
 class MemoryScheduleStore:
     """Reference, in-process schedule store; thread-safe."""
 
@@ -87,13 +95,13 @@ class MemoryScheduleStore:
                 stored = replace(
                     current, kind=kind, spec=spec, next_run_at=next_run_at, updated_at=at,
                     catch_up=catch_up, jitter_ms=jitter_ms,
-                    due_at=jitter_due_at(id, next_run_at, jitter_ms),
+                    due_at=_due(id, next_run_at, jitter_ms, current.triggered_at),
                 )
             elif (current.catch_up, current.jitter_ms) != (catch_up, jitter_ms):
                 # A new policy or jitter alone keeps the occurrence: the grid is the same.
                 stored = replace(
                     current, catch_up=catch_up, jitter_ms=jitter_ms, updated_at=at,
-                    due_at=jitter_due_at(id, current.next_run_at, jitter_ms),
+                    due_at=_due(id, current.next_run_at, jitter_ms, current.triggered_at),
                 )
             else:
                 return current
@@ -233,9 +241,11 @@ class MemoryScheduleStore:
                 return None  # a live lease: its holder's run is in progress
             # An expired holder is fenced: it can no longer renew or complete.
             token = current.fencing_token + (current.lease_owner is not None)
+            asked = at if current.triggered_at is None else current.triggered_at
             triggered = replace(
                 current,
-                triggered_at=at if current.triggered_at is None else current.triggered_at,
+                triggered_at=asked,
+                due_at=_due(id, current.next_run_at, current.jitter_ms, asked),
                 fencing_token=token,
                 lease_owner=None,
                 lease_until=None,
@@ -254,18 +264,16 @@ class MemoryScheduleStore:
     def _claimable(record: ScheduleRecord, at: int) -> bool:
         return (
             not record.paused
-            and (
-                (record.due_at is not None and record.due_at <= at)
-                or record.triggered_at is not None
-            )
+            and record.due_at is not None
+            and record.due_at <= at
             and (record.lease_until is None or record.lease_until <= at)
         )
 
     @staticmethod
     def _order(record: ScheduleRecord) -> int:
-        """The claim order: the earlier of ``due_at`` and ``triggered_at`` (one is set)."""
-        times = [t for t in (record.due_at, record.triggered_at) if t is not None]
-        return min(times)
+        """The claim order: ``due_at`` (set on every claimable record)."""
+        assert record.due_at is not None
+        return record.due_at
 
     def _claim(self, record: ScheduleRecord, owner: str, until: int) -> ScheduleRecord:
         claimed = replace(
