@@ -34,6 +34,14 @@ completed as ``skipped`` without running; then the future), ``once`` (the
 default: one run, then the future) or ``all`` (each missed occurrence, oldest
 first, at most ``catch_up_limit`` of them). A run in progress is never
 overlapped: its lease is held, so nothing claims the schedule until it completes.
+
+Schedule controls (docs/schedule-controls.md): ``pause``/``resume`` stop and restart
+the claims of a schedule (resumed, the occurrences missed meanwhile meet its catch-up
+policy, as after downtime); ``trigger`` asks for one run now, which the next claim takes
+(``ctx.triggered``) and whose completion keeps ``next_run_at``; ``jitter=`` on ``cron``
+and ``every`` delays each occurrence by a deterministic amount in ``[0, jitter)``, the
+handler still seeing the nominal ``scheduled_at`` and skip's lateness counted from the
+jittered due time.
 """
 
 from __future__ import annotations
