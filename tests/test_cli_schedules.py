@@ -3,6 +3,7 @@ what each refuses (nothing changed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -98,3 +99,18 @@ def test_schedule_actions_usage(cli: Run) -> None:
     assert status == 2 and "ID" in err
     status, out, _ = cli("schedules", "trigger", "--help")
     assert status == 0 and "schedule_trigger()" in out and "--json" in out
+
+
+def test_status_neither_counts_a_paused_schedule_unclaimed_nor_a_jittered_one_early() -> None:
+    from pgstore.cli.status import next_run_state, unclaimed_for
+
+    base = ScheduleRecord("r", "cron", "0 * * * *", 1_000, None, None, 0, None, None, 0,
+                          due_at=1_000)
+    assert unclaimed_for(base, 61_000) == 60_000
+    assert next_run_state(base, 61_000) == "overdue 60s"
+    paused = dataclasses.replace(base, paused=True)
+    assert unclaimed_for(paused, 61_000) is None  # nothing may claim it: not a stall
+    assert next_run_state(paused, 61_000) == "paused, due 60s ago"
+    jittered = dataclasses.replace(base, jitter_ms=600_000, due_at=301_000)
+    assert unclaimed_for(jittered, 61_000) is None  # not claimable before its due time
+    assert unclaimed_for(jittered, 361_000) == 60_000
