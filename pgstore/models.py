@@ -5,6 +5,7 @@ docs/reference/records.md is generated from this module's docstrings.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
@@ -14,6 +15,7 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "ERROR_MAX_CHARS",
     "LAST_STATUSES",
+    "MAX_JITTER_MS",
     "SCHEDULE_KINDS",
     "CancelResult",
     "CatchUp",
@@ -27,6 +29,7 @@ __all__ = [
     "RetryResult",
     "ScheduleKind",
     "ScheduleRecord",
+    "jitter_due_at",
 ]
 
 ScheduleKind = Literal["cron", "interval", "once"]
@@ -42,6 +45,24 @@ CatchUp = Literal["skip", "once", "all"]
 SCHEDULE_KINDS: tuple[ScheduleKind, ...] = ("cron", "interval", "once")
 LAST_STATUSES: tuple[LastStatus, ...] = ("ok", "error", "skipped")
 CATCH_UPS: tuple[CatchUp, ...] = ("skip", "once", "all")
+
+MAX_JITTER_MS = 86_400_000
+"""The largest per-schedule jitter (a day), in ms."""
+_BIGINT_MAX = 2**63 - 1
+
+
+def jitter_due_at(id: str, next_run_at: int | None, jitter_ms: int) -> int | None:
+    """When the occurrence of schedule ``id`` at ``next_run_at`` (its nominal time) may be
+    claimed: ``next_run_at`` plus a deterministic offset in ``[0, jitter_ms)``, the first
+    48 bits of ``md5(id + " " + str(next_run_at))`` modulo ``jitter_ms``; ``next_run_at``
+    itself when ``jitter_ms`` is 0, None for None, at most the bigint maximum.
+    ``ScheduleRecord.due_at`` with no trigger pending; the SQL function
+    ``schedule_due_at`` computes the same."""
+    if next_run_at is None or jitter_ms <= 0:
+        return next_run_at
+    digest = hashlib.md5(f"{id} {next_run_at}".encode(), usedforsecurity=False).hexdigest()
+    offset = int(digest[:12], 16) % jitter_ms
+    return _BIGINT_MAX if next_run_at > _BIGINT_MAX - offset else next_run_at + offset
 
 DEFAULT_MAX_ATTEMPTS = 25
 """How many leases a job scheduled without ``max_attempts`` may have: the store default
@@ -66,6 +87,15 @@ class ScheduleRecord:
     ``last_status`` ``skipped`` means the last occurrence was missed and not run
     (``catch_up`` ``skip``). ``catch_up`` is the schedule's policy for missed
     occurrences: the store keeps it, the scheduler applies it (docs/catch-up.md).
+
+    ``next_run_at`` is the nominal time of the next occurrence (what cron or the interval
+    grid says); ``due_at`` is when the schedule may be claimed next: ``next_run_at`` plus
+    the schedule's deterministic jitter in ``[0, jitter_ms)`` (``jitter_due_at``), the
+    same as ``next_run_at`` when ``jitter_ms`` is 0, or a pending trigger's
+    ``triggered_at`` when that is earlier. ``paused``: no claim takes it
+    (docs/schedule-controls.md). ``triggered_at``: a run out of turn asked for by
+    ``trigger`` (the next claim takes it) or held (the claim is that run, and its
+    ``complete`` keeps ``next_run_at``).
     """
 
     id: str
@@ -80,6 +110,10 @@ class ScheduleRecord:
     updated_at: int
     consecutive_failures: int = 0
     catch_up: CatchUp = "once"
+    paused: bool = False
+    jitter_ms: int = 0
+    triggered_at: int | None = None
+    due_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ COMMENT ON FUNCTION schedule_get(text) IS
 
 CREATE FUNCTION schedule_register(
     p_id text, p_kind text, p_spec text, p_next_run_at bigint, p_now bigint DEFAULT NULL,
-    p_catch_up text DEFAULT 'once'
+    p_catch_up text DEFAULT 'once', p_jitter_ms bigint DEFAULT 0
 ) RETURNS schedules
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -42,6 +42,9 @@ BEGIN
     PERFORM check_present('spec', p_spec);
     PERFORM check_length('spec', p_spec);
     PERFORM check_one_of('catch_up', p_catch_up, ARRAY['skip', 'once', 'all']);
+    IF p_jitter_ms IS NULL OR p_jitter_ms < 0 OR p_jitter_ms > 86400000 THEN
+        PERFORM raise_invalid('jitter_ms must be an integer from 0 to 86400000 (a day)');
+    END IF;
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
@@ -49,12 +52,12 @@ BEGIN
     -- incompressible multibyte characters). That is bad input, not a crash.
     BEGIN
         INSERT INTO schedules AS s
-               (id, kind, spec, next_run_at, fencing_token, updated_at, catch_up)
+               (id, kind, spec, next_run_at, fencing_token, updated_at, catch_up, jitter_ms)
         VALUES (p_id, p_kind, p_spec, p_next_run_at,
                 greatest(coalesce((SELECT f.fencing_token FROM schedule_fences f
                                     WHERE f.id = p_id), 0),
                          token_floor_at((SELECT e.epoch FROM store_epoch e))),
-                v_now, p_catch_up)
+                v_now, p_catch_up, p_jitter_ms)
         ON CONFLICT (id) DO UPDATE
             SET kind = excluded.kind,
                 spec = excluded.spec,
@@ -64,9 +67,12 @@ BEGIN
                                    THEN excluded.next_run_at
                                    ELSE s.next_run_at END,
                 catch_up = excluded.catch_up,
+                jitter_ms = excluded.jitter_ms,
                 updated_at = excluded.updated_at
-            WHERE (s.kind, s.spec, s.catch_up)
-                  IS DISTINCT FROM (excluded.kind, excluded.spec, excluded.catch_up);
+            -- paused and triggered_at are the operator's: a restart keeps them.
+            WHERE (s.kind, s.spec, s.catch_up, s.jitter_ms)
+                  IS DISTINCT FROM (excluded.kind, excluded.spec, excluded.catch_up,
+                                    excluded.jitter_ms);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
@@ -100,17 +106,18 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint, text) IS
+COMMENT ON FUNCTION schedule_register(text, text, text, bigint, bigint, text, bigint) IS
 'Absent: insert with fencing_token = the id''s high-water mark (or 0, and at '
-'least token_floor()), catch_up = p_catch_up and '
-'updated_at = now. Present with the same kind, spec and catch_up: untouched (a '
+'least token_floor()), catch_up = p_catch_up, jitter_ms = p_jitter_ms and '
+'updated_at = now. Present with the same kind, spec, catch_up and jitter_ms: untouched (a '
 'restart keeps its next_run_at). Present with another kind or spec: overwrite kind, '
-'spec, next_run_at and catch_up, updated_at = now; token, lease and last_* kept. '
-'Present with the same kind and spec but another catch_up: only catch_up and '
-'updated_at change. Returns the stored row. p_next_run_at may be NULL (a '
+'spec, next_run_at, catch_up and jitter_ms, updated_at = now; token, lease, last_*, '
+'paused and triggered_at kept. '
+'Present with the same kind and spec but another catch_up or jitter_ms: only those and '
+'updated_at change (due_at follows jitter_ms). Returns the stored row. p_next_run_at may be NULL (a '
 'tombstone). p_spec: at most 1024 characters. p_catch_up: skip, once (the '
 'default) or all; the store keeps it, the caller that computes next_run_at '
-'applies it.';
+'applies it. p_jitter_ms: 0 (the default, no jitter) to 86400000.';
 
 CREATE FUNCTION schedule_claim_due(
     p_id text, p_owner text, p_now bigint, p_lease_ms bigint
@@ -139,8 +146,8 @@ BEGIN
            fencing_token = greatest(s.fencing_token + 1,
                                     token_floor_at((SELECT e.epoch FROM store_epoch e)))
      WHERE s.id = p_id
-       AND s.next_run_at IS NOT NULL
-       AND s.next_run_at <= v_now
+       AND NOT s.paused
+       AND s.due_at <= v_now
        AND (s.lease_until IS NULL OR s.lease_until <= v_now)
     RETURNING s.*;
 END
@@ -149,7 +156,8 @@ $$;
 COMMENT ON FUNCTION schedule_claim_due(text, text, bigint, bigint) IS
 'Claims p_id for p_owner until now + p_lease_ms and bumps its fencing_token '
 '(to at least token_floor(): above every token of an earlier timeline), '
-'only when it is due (next_run_at IS NOT NULL AND next_run_at <= now) and has '
+'only when it is not paused, is due (due_at <= now: next_run_at plus its jitter, or '
+'the time of a pending trigger), and has '
 'no live lease (lease_until IS NULL OR lease_until <= now). Returns the claimed '
 'row, or no row: not due, leased elsewhere, or unknown. One UPDATE; concurrent '
 'claimers of one id get exactly one winner. 22023: p_lease_ms above '
@@ -213,8 +221,13 @@ BEGIN
     PERFORM check_one_of('last_status', p_last_status, ARRAY['ok', 'error', 'skipped']);
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
 
+    -- A triggered run (triggered_at set: schedule_trigger refuses a live lease and
+    -- fences an expired one, so the claim this token holds is the triggered one)
+    -- leaves the regular occurrence where it was.
     UPDATE schedules s
-       SET next_run_at = p_next_run_at,
+       SET next_run_at = CASE WHEN s.triggered_at IS NULL THEN p_next_run_at
+                              ELSE s.next_run_at END,
+           triggered_at = NULL,
            last_run_at = p_last_run_at,
            last_status = p_last_status,
            consecutive_failures = CASE p_last_status
@@ -235,7 +248,8 @@ $$;
 
 COMMENT ON FUNCTION schedule_complete(text, bigint, bigint, bigint, text, bigint) IS
 'Commits an occurrence only if p_fencing_token matches and the claim is still '
-'held: writes next_run_at (NULL = tombstone), last_run_at and last_status (ok, '
+'held: writes next_run_at (NULL = tombstone; kept, and p_next_run_at ignored, when '
+'the claim is a triggered run: triggered_at set, then cleared), last_run_at and last_status (ok, '
 'error, or skipped: the occurrence was not run), '
 'adds one to consecutive_failures for ''error'' (reset to 0 for ''ok'', kept for '
 '''skipped''), '
@@ -325,15 +339,15 @@ BEGIN
              WHERE s.id = ANY (ARRAY(
                        SELECT c.id
                          FROM schedules c
-                        WHERE c.next_run_at IS NOT NULL
-                          AND c.next_run_at <= v_now
+                        WHERE NOT c.paused
+                          AND c.due_at <= v_now
                           AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                        ORDER BY c.next_run_at, c.id
+                        ORDER BY c.due_at, c.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED))
             RETURNING s.*
         )
-        SELECT * FROM claimed ORDER BY next_run_at, id;
+        SELECT * FROM claimed ORDER BY due_at, id;
     ELSE
         RETURN QUERY
         WITH claimed AS (
@@ -346,24 +360,124 @@ BEGIN
                        SELECT c.id
                          FROM schedules c
                         WHERE c.id = ANY (p_ids)
-                          AND c.next_run_at IS NOT NULL
-                          AND c.next_run_at <= v_now
+                          AND NOT c.paused
+                          AND c.due_at <= v_now
                           AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                        ORDER BY c.next_run_at, c.id
+                        ORDER BY c.due_at, c.id
                         LIMIT p_limit
                           FOR UPDATE SKIP LOCKED))
             RETURNING s.*
         )
-        SELECT * FROM claimed ORDER BY next_run_at, id;
+        SELECT * FROM claimed ORDER BY due_at, id;
     END IF;
 END
 $$;
 
 COMMENT ON FUNCTION schedule_claim_next(text, bigint, bigint, integer, text[]) IS
-'Claims up to p_limit due, unleased records for p_owner (earliest next_run_at '
-'first, ties by id), bumping each fencing_token (to at least token_floor()), in '
+'Claims up to p_limit unpaused, due (due_at <= now: the jittered occurrence or a pending '
+'trigger), unleased records for p_owner (earliest due_at first, ties by id), bumping each fencing_token (to at least token_floor()), in '
 'one statement; rows locked '
 'by concurrent claimers are skipped. Only ids in p_ids when given (''{}'' claims '
 'nothing, NULL means no filter). Returns the claimed rows in that order. '
 'Never more than p_limit rows. An empty answer means nothing claimable right '
 'now, not that nothing is due. 22023: p_lease_ms above store_settings.max_lease_ms.';
+
+CREATE FUNCTION schedule_pause(p_id text, p_now bigint DEFAULT NULL) RETURNS SETOF schedules
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('id', p_id);
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+
+    RETURN QUERY
+    UPDATE schedules s SET paused = true, updated_at = v_now
+     WHERE s.id = p_id AND NOT s.paused
+    RETURNING s.*;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT * FROM schedules WHERE id = p_id;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_pause(text, bigint) IS
+'Pauses p_id: no claim takes it (schedule_claim_due and schedule_claim_next skip it) '
+'until schedule_resume. A lease already held runs on: its holder renews and completes '
+'as usual. next_run_at, a pending trigger and the token are kept; updated_at = now '
+'when it was not paused. Returns the record (paused), or no row for an unknown id. '
+'schedule_register (a restart) never unpauses.';
+
+CREATE FUNCTION schedule_resume(p_id text, p_now bigint DEFAULT NULL) RETURNS SETOF schedules
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('id', p_id);
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+
+    RETURN QUERY
+    UPDATE schedules s SET paused = false, updated_at = v_now
+     WHERE s.id = p_id AND s.paused
+    RETURNING s.*;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT * FROM schedules WHERE id = p_id;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_resume(text, bigint) IS
+'Resumes p_id: claimable again. next_run_at is left where the pause found it, so the '
+'occurrences missed meanwhile are met as after downtime: the scheduler that claims it '
+'applies the schedule''s catch_up policy (skip, once or all). updated_at = now when it '
+'was paused. Returns the record, or no row for an unknown id.';
+
+CREATE FUNCTION schedule_trigger(p_id text, p_now bigint DEFAULT NULL) RETURNS SETOF schedules
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('id', p_id);
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+
+    -- A live lease refuses the trigger: the holder's complete could not tell its
+    -- run from the triggered one. An expired lease is fenced here (its token is
+    -- passed, so its holder can neither renew nor complete), for the same reason.
+    -- The triggered run itself is the next claim, which bumps the token again.
+    RETURN QUERY
+    UPDATE schedules s
+       SET triggered_at = coalesce(s.triggered_at, v_now),
+           fencing_token = CASE WHEN s.lease_owner IS NULL THEN s.fencing_token
+                                ELSE greatest(s.fencing_token + 1,
+                                              token_floor_at((SELECT e.epoch FROM store_epoch e)))
+                           END,
+           lease_owner = NULL,
+           lease_until = NULL,
+           updated_at = v_now
+     WHERE s.id = p_id
+       AND NOT s.paused
+       AND (s.lease_until IS NULL OR s.lease_until <= v_now)
+    RETURNING s.*;
+END
+$$;
+
+COMMENT ON FUNCTION schedule_trigger(text, bigint) IS
+'Asks for one run of p_id now, out of turn: sets triggered_at (kept when already set), '
+'so due_at is at most now, and the next claim (schedule_claim_due or schedule_claim_next, '
+'due or not) takes it with '
+'a fresh fencing_token and a lease like any claim; its complete keeps next_run_at, so '
+'the regular occurrences do not move. An expired lease is fenced (token bumped, lease '
+'cleared): its holder can no longer renew or complete. Returns the record, or no row '
+'when refused: unknown id, paused, or a live lease (a run in progress; try again after '
+'it). Whoever claims it runs it: the trigger itself runs nothing.';

@@ -177,6 +177,7 @@ SAMPLE_ARGS: dict[str, object] = {
     "worker_id": "w", "lease_sequence": None, "retry_at": 1, "error": None, "filter": "all",
     "before": 1, "run_ids": ["r"], "worker_ids": ["w"], "lease_sequences": None,
     "promotions": 1,
+    "jitter_ms": 0,
 }
 
 

@@ -264,9 +264,12 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
            AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
                                  'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
-                                 'job_history_advance', 'job_history_forget')
+                                 'job_history_advance', 'job_history_forget',
+                                 'schedule_due_at')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
-           -- no argument or tested on their own (tests/test_restore_fence.py)
+           -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
+           -- the generated column's expression, against its reference in
+           -- tests/test_schedule_controls.py
         """,
         (db.schema,),
     ).fetchall()
@@ -473,7 +476,9 @@ def hostile(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 SCHEDULE_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "get": [ids],
     "register": [ids, st.sampled_from(["cron", "interval", "once"]), specs, times, times,
-                 catch_ups],
+                 catch_ups,
+                 st.one_of(st.integers(0, 86_400_000),
+                           st.sampled_from([-1, 86_400_001, 2**63 - 1, 2**63, None]))],
     "claim_due": [ids, names, times, positives],
     "renew": [ids, st.integers(0, 5), times],
     "complete": [ids, st.integers(0, 5), patches, times],

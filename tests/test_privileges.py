@@ -43,6 +43,10 @@ API_CALLS = [
     "schedule_complete('t', 1, 2000, 10, 'ok', 20)",
     "schedule_list()",
     "schedule_claim_next('w', 3000, 1000, 5, NULL)",
+    "schedule_register('p', 'cron', '0 * * * *', 0, 0, 'once', 600000)",
+    "schedule_pause('p')",
+    "schedule_resume('p')",
+    "schedule_trigger('p')",
     "schedule_delete('t')",
     "job_schedule('r', 0)",
     "job_lease('h', 10, 1000)",
@@ -313,7 +317,8 @@ def test_the_documented_monitoring_role_runs_status_and_reads_no_table(
                 conn.execute(sql.SQL("SELECT * FROM {}.{}").format(
                     sql.Identifier(SCHEMA), sql.Identifier(table)))
         for call in ("job_lease('h', 10, 1000)", "job_cancel('m-due')", "job_purge(0, 10)",
-                     "schedule_delete('m')", "job_retry('m-due', NULL)"):
+                     "schedule_delete('m')", "job_retry('m-due', NULL)",
+                     "schedule_pause('m')", "schedule_resume('m')", "schedule_trigger('m')"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"SELECT * FROM {SCHEMA}.{call}")
     assert _state(dsn) == before

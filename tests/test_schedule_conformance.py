@@ -95,7 +95,8 @@ def test_register_another_catch_up_alone_keeps_the_occurrence_token_lease_last(
     assert claim2 is not None
     changed = s.register("t", "interval", "1000", 9_999, 2_100, "all")
     assert changed == ScheduleRecord(
-        "t", "interval", "1000", 2_000, 150, "ok", 2, "w2", 3_000, 2_100, 0, "all"
+        "t", "interval", "1000", 2_000, 150, "ok", 2, "w2", 3_000, 2_100, 0, "all",
+        due_at=2_000,
     )
     assert s.register("t", "interval", "1000", 7_777, 2_200, "all") == changed  # untouched
     back = s.register("t", "interval", "1000", 5_555, 2_300)  # an old caller: once again

@@ -43,6 +43,7 @@ CATCH_UPS = st.sampled_from(["skip", "once", "all"])
 LEASES = st.integers(min_value=1, max_value=800)
 STEPS = st.integers(min_value=0, max_value=400)
 OFFSETS = st.integers(min_value=-300, max_value=600)
+JITTERS = st.sampled_from([0, 0, 1, 100, 1_000])
 
 
 class _Context:
@@ -146,12 +147,17 @@ class ScheduleMachine(RuleBasedStateMachine):
     def tick(self, step: int) -> None:
         self.now += step
 
-    @rule(id=IDS, kind=KINDS, spec=SPECS, catch_up=CATCH_UPS, data=st.data())
+    @rule(id=IDS, kind=KINDS, spec=SPECS, catch_up=CATCH_UPS, jitter=JITTERS, data=st.data())
     def register(
-        self, id: str, kind: str, spec: str, catch_up: str, data: st.DataObject
+        self, id: str, kind: str, spec: str, catch_up: str, jitter: int, data: st.DataObject
     ) -> None:
         self.both("register", id, kind, spec, self.draw_optional_time(data), self.draw_now(data),
-                  catch_up)
+                  catch_up, jitter)
+
+    @rule(id=IDS, op=st.sampled_from(["pause", "resume", "trigger"]), data=st.data())
+    def control(self, id: str, op: str, data: st.DataObject) -> None:
+        answer = self.both(op, id, self.draw_now(data))[1]
+        event(f"{op} {'answered' if answer is not None else 'refused or unknown'}")
 
     @rule(ids=st.lists(IDS, min_size=2, max_size=5, unique=True), kind=KINDS, data=st.data())
     def register_many_due(self, ids: list[str], kind: str, data: st.DataObject) -> None:
@@ -238,6 +244,8 @@ class ScheduleMachine(RuleBasedStateMachine):
                 [
                     ("", "interval", "1000", self.now, self.now),  # empty id
                     (id, "weekly", "1000", self.now, self.now),  # unknown kind
+                    (id, "interval", "1000", self.now, self.now, "once", -1),  # jitter_ms
+                    (id, "interval", "1000", self.now, self.now, "once", 86_400_001),
                 ]
             ),
             label="bad args",
@@ -251,7 +259,9 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def bad_id(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(["get", "delete"]), label="op")
+        name = data.draw(
+            st.sampled_from(["get", "delete", "pause", "resume", "trigger"]), label="op"
+        )
         assert self.both(name, "")[0] == "invalid"
 
     # -- same state after every step ---------------------------------------------

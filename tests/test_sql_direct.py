@@ -30,8 +30,10 @@ def _state(db: psycopg.Connection[Any]) -> list[Any]:
 
 def test_claim_renew_complete_delete_register_cycle(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT * FROM schedule_register('report', 'cron', '0 * * * *', 1000, 500)").fetchone()
-    # consecutive_failures and catch_up come after the other columns.
-    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500, 0, "once")
+    # consecutive_failures and catch_up come after the other columns; then paused,
+    # jitter_ms, triggered_at and due_at (pgstore_0018).
+    assert row == ("report", "cron", "0 * * * *", 1000, None, None, 0, None, None, 500, 0, "once",
+                   False, 0, None, 1000)
     claim = db.execute("SELECT fencing_token, lease_owner, lease_until FROM schedule_claim_due('report', 'host-a', 1000, 30000)").fetchone()
     assert claim == (1, "host-a", 31000)
     assert db.execute("SELECT schedule_claim_due('report', 'host-b', 1001, 30000)").fetchall() == []

@@ -1,5 +1,5 @@
 """``pgstore web``, the console, in a real browser (headless chromium under selenium)
-against a real store: every page shows what the store holds, retry and cancel change
+against a real store: every page shows what the store holds, retry, cancel, pause, resume and trigger change
 the database, the monitoring role gets a read-only console whose forged POSTs are
 refused, CSRF, hostile values rendered as text, and the command itself."""
 
@@ -279,6 +279,46 @@ def test_retry_and_cancel_change_the_database(store: Store) -> None:
         assert [r.id for r in schedules.list()] == ["heartbeat"]
 
 
+def test_pause_resume_and_trigger_change_the_database(store: Store) -> None:
+    from selenium.webdriver.common.by import By
+
+    def record(id: str) -> Any:
+        with PgScheduleStore(store.dsn, schema=store.schema) as schedules:
+            return schedules.get(id)
+
+    before = record("nightly")
+    with console(store.dsn, store.schema) as server, chromium() as browser:
+        def row(id: str) -> Any:
+            browser.get(server.url + "/schedules")
+            (found,) = [r for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+                        if r.find_element(By.CSS_SELECTOR, "td.id").text == id]
+            return found
+
+        cells = _submit(browser, row("nightly").find_element(By.CSS_SELECTOR, "button.pause"))
+        assert cells == ["nightly", "paused (a run in progress finishes)"]
+        assert record("nightly").paused
+        paused = row("nightly")
+        assert paused.find_elements(By.CSS_SELECTOR, ".paused") != []
+        assert paused.find_elements(By.CSS_SELECTOR, "button.trigger, button.pause") == []
+        cells = _submit(browser, paused.find_element(By.CSS_SELECTOR, "button.resume"))
+        assert cells == ["nightly", "resumed (missed occurrences: catch-up once)"]
+        assert not record("nightly").paused
+
+        cells = _submit(browser, row("nightly").find_element(By.CSS_SELECTOR, "button.trigger"))
+        assert cells[0] == "nightly" and cells[1].startswith("triggered")
+        triggered = record("nightly")
+        assert triggered.triggered_at is not None
+        assert triggered.next_run_at == before.next_run_at
+        assert row("nightly").find_elements(By.CSS_SELECTOR, ".triggered") != []
+
+        # heartbeat runs under a live lease: its trigger is refused, nothing changed.
+        held = record("heartbeat")
+        cells = _submit(browser, row("heartbeat").find_element(By.CSS_SELECTOR,
+                                                               "button.trigger"))
+        assert cells == ["heartbeat", "refused: running (a live lease)"]
+        assert record("heartbeat") == held
+
+
 def _submit(browser: Any, button: Any) -> list[str]:
     """Click ``button``, wait for the action's answer page, and return its cells."""
     from selenium.webdriver.common.by import By
@@ -313,7 +353,10 @@ def test_the_monitoring_role_gets_a_read_only_console(store: Store, monitor: str
         token = client.token()
         for action, field, target in (("job-retry", "run_id", "failed-1"),
                                       ("job-cancel", "run_id", "to-cancel"),
-                                      ("schedule-delete", "id", "nightly")):
+                                      ("schedule-delete", "id", "nightly"),
+                                      ("schedule-pause", "id", "nightly"),
+                                      ("schedule-resume", "id", "nightly"),
+                                      ("schedule-trigger", "id", "nightly")):
             status, page = client.post(f"/actions/{action}", [
                 ("csrf", token), (field, target), ("confirm", "yes")])
             assert status == 403

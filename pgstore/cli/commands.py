@@ -9,6 +9,7 @@
                       [--yes]
     pgstore current   [--dsn DSN] [--schema NAME]
     pgstore schedules [--dsn DSN] [--schema NAME] [--json] [--absolute] [--wide]
+    pgstore schedules pause|resume|trigger ID [--dsn DSN] [--schema NAME] [--json]
     pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due | --leased | --failed]
                       [--limit N] [--json] [--absolute] [--wide]
     pgstore jobs cancel     RUN_ID [--dsn DSN] [--schema NAME]
@@ -66,6 +67,13 @@ run, last run, lease and how long it has been due and unclaimed, then the
 number of jobs per state (pending, due, leased, dispatched, cancelled, failed)
 and the oldest due job's lag. Its dispatched, cancelled and failed counts scan
 the jobs table.
+
+``schedules pause ID`` and ``schedules resume ID`` (one ``schedule_pause()`` /
+``schedule_resume()`` each) stop and restart the claims of a schedule; ``schedules
+trigger ID`` (one ``schedule_trigger()``) asks for one run now, out of turn, which the
+next scheduler that declares it runs; a paused schedule, one under a live lease (a
+run in progress) and a missing one are refused with exit status 1, nothing changed
+(docs/schedule-controls.md).
 
 ``jobs retry RUN_ID...`` (and ``retry``; one call of ``job_retry()`` each)
 puts failed jobs back to waiting, their attempts reset, due at ``--at`` or the
@@ -145,11 +153,12 @@ from pgstore.cli.format import (
     schedules_table,
 )
 from pgstore.errors import PgStoreError
-from pgstore.models import Job, JobFilter, JobPage
+from pgstore.models import Job, JobFilter, JobPage, ScheduleRecord
 from pgstore.schema.objects import DEFAULT_SCHEMA
 
 if TYPE_CHECKING:
     from pgstore.postgres.jobs import PgJobStore
+    from pgstore.postgres.schedules import PgScheduleStore
 
 __all__ = [
     "CUT_MARK",
@@ -296,6 +305,9 @@ def _width(args: argparse.Namespace) -> int | None:
 def _cmd_schedules(args: argparse.Namespace) -> int:
     from pgstore.postgres.schedules import PgScheduleStore
 
+    if args.action is not None:
+        status: int = args.action(args)
+        return status
     # One connection of our own (not the store's pool, which would retry a
     # bad DSN for its whole timeout before failing).
     conn: psycopg.Connection[Any]
@@ -317,6 +329,91 @@ def _cmd_schedules(args: argparse.Namespace) -> int:
         print("no schedules")
         return 0
     print(schedules_table(records, now, _width(args), args.absolute))
+    return 0
+
+
+@contextmanager
+def _schedule_store(args: argparse.Namespace) -> Iterator[PgScheduleStore]:
+    """The schema's schedule store over one connection of our own, started (as
+    ``_job_store``)."""
+    from pgstore.postgres.schedules import PgScheduleStore
+
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        store = PgScheduleStore(conn, schema=args.schema)
+        try:
+            store.start()
+            yield store
+        finally:
+            store.close()
+
+
+def _show_schedule(args: argparse.Namespace, what: str, record: ScheduleRecord,
+                   now: int) -> None:
+    """After a change: one line saying what happened, then the record (or its JSON)."""
+    if getattr(args, "json", False):
+        from pgstore.cli.output import instant, schedule_json
+
+        _print_json({"schema": args.schema, **instant("now", now), "result": what,
+                     "schedule": schedule_json(record, now)})
+        return
+    print(f"schema {args.schema!r}: schedule {record.id!r} {what}")
+    print(schedules_table([record], now, _width(args), getattr(args, "absolute", False)))
+
+
+def _cmd_schedule_pause(args: argparse.Namespace) -> int:
+    with _schedule_store(args) as store:
+        before = store.get(args.id)
+        now = store.now_ms()
+        record = store.pause(args.id, now)
+    if record is None:
+        raise PgStoreError(f"no schedule {args.id!r} in schema {args.schema!r}")
+    if before is not None and before.paused:
+        what = "was already paused: nothing changed"
+    elif record.lease_until is not None and record.lease_until > now:
+        what = (f"is paused; the run in progress ({record.lease_owner}) finishes, then "
+                "nothing claims it until it is resumed")
+    else:
+        what = "is paused: nothing claims it until it is resumed"
+    _show_schedule(args, what, record, now)
+    return 0
+
+
+def _cmd_schedule_resume(args: argparse.Namespace) -> int:
+    with _schedule_store(args) as store:
+        before = store.get(args.id)
+        now = store.now_ms()
+        record = store.resume(args.id, now)
+    if record is None:
+        raise PgStoreError(f"no schedule {args.id!r} in schema {args.schema!r}")
+    if before is not None and not before.paused:
+        what = "was not paused: nothing changed"
+    elif record.next_run_at is not None and record.next_run_at <= now:
+        what = (f"is resumed; the occurrences missed meanwhile follow its catch_up "
+                f"({record.catch_up}) at the next claim")
+    else:
+        what = "is resumed"
+    _show_schedule(args, what, record, now)
+    return 0
+
+
+def _cmd_schedule_trigger(args: argparse.Namespace) -> int:
+    with _schedule_store(args) as store:
+        now = store.now_ms()
+        record = store.trigger(args.id, now)
+        current = store.get(args.id) if record is None else record
+    if current is None:
+        raise PgStoreError(f"no schedule {args.id!r} in schema {args.schema!r}")
+    if record is None:
+        if current.paused:
+            raise PgStoreError(f"schedule {args.id!r} is paused: nothing changed (resume it "
+                               "first)")
+        raise PgStoreError(
+            f"schedule {args.id!r} is running: leased by {current.lease_owner} until "
+            f"{iso_utc(current.lease_until or 0)}: nothing changed (trigger it once that "
+            "run is over)")
+    _show_schedule(args, "is triggered: the next scheduler that declares it runs it once "
+                   "now; its next regular run does not move", record, now)
     return 0
 
 
@@ -798,7 +895,31 @@ def build_parser() -> argparse.ArgumentParser:
         "schedules", parents=[common], help="list the schedule records and their leases"
     )
     views(schedules)
-    schedules.set_defaults(run=_cmd_schedules)
+    schedules.set_defaults(run=_cmd_schedules, action=None)
+    schedule_actions = schedules.add_subparsers(
+        dest="schedule_action", metavar="ACTION", required=False)
+    schedule_quiet = _common_options(argparse.SUPPRESS)
+    for name, helped, described, action in (
+        ("pause", "stop claiming a schedule until it is resumed",
+         "Pause the schedule ID (one call of schedule_pause()): no scheduler claims it "
+         "until it is resumed; a run in progress finishes and completes. Already paused: "
+         "nothing changes. A missing schedule: exit status 1.", _cmd_schedule_pause),
+        ("resume", "claim a paused schedule again",
+         "Resume the schedule ID (one call of schedule_resume()): the occurrences missed "
+         "while it was paused follow its catch_up policy (skip, once, all), as after "
+         "downtime. Not paused: nothing changes. A missing schedule: exit status 1.",
+         _cmd_schedule_resume),
+        ("trigger", "run a schedule once now, out of turn",
+         "Ask for one run of the schedule ID now (one call of schedule_trigger()): the "
+         "next scheduler that declares it claims and runs it with a fresh fencing token; "
+         "its next regular run does not move. Refused (exit status 1, nothing changed) "
+         "when it is paused, running (a live lease) or missing.", _cmd_schedule_trigger),
+    ):
+        sub = schedule_actions.add_parser(name, parents=[schedule_quiet], help=helped,
+                                          description=described)
+        sub.add_argument("id", metavar="ID")
+        views(sub)
+        sub.set_defaults(action=action)
 
     jobs = commands.add_parser(
         "jobs",

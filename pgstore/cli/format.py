@@ -314,6 +314,14 @@ COLUMNS = (
 )
 
 
+def _next_cell(record: ScheduleRecord, now_ms: int, absolute: bool) -> str:
+    """``next``: the nominal next_run_at; ``paused`` or ``triggered`` before it when so."""
+    text = when(record.next_run_at, now_ms, absolute)
+    if record.triggered_at is not None:
+        text = f"triggered, {text}"
+    return f"paused, {text}" if record.paused else text
+
+
 def schedules_table(
     records: Sequence[ScheduleRecord],
     now_ms: int,
@@ -330,7 +338,7 @@ def schedules_table(
                 clip_middle(r.id, limit),
                 r.kind,
                 clip(r.spec, limit),
-                when(r.next_run_at, now_ms, absolute),
+                _next_cell(r, now_ms, absolute),
                 when(r.last_run_at, now_ms, absolute),
                 r.last_status or NULL,
                 str(r.consecutive_failures),

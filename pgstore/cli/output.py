@@ -91,6 +91,10 @@ def schedule_json(record: ScheduleRecord, now_ms: int) -> dict[str, Any]:
         "lease_owner": record.lease_owner,
         **instant("lease_until", record.lease_until),
         "lease_live": record.lease_until is not None and record.lease_until > now_ms,
+        "paused": record.paused,
+        "jitter_ms": record.jitter_ms,
+        **instant("due_at", record.due_at),
+        **instant("triggered_at", record.triggered_at),
     }
 
 

@@ -89,11 +89,17 @@ def _live(holder_until: int | None, now_ms: int) -> bool:
 def next_run_state(record: ScheduleRecord, now_ms: int, absolute: bool = False) -> str:
     """``in 42s``; ``overdue 3m10s`` (due, no live lease) or ``due 3m10s ago`` (due and
     running under a live lease); ``none (one-shot ran)`` for a tombstone. Absolute: the
-    ISO UTC instant, followed by `` (overdue)`` or `` (due)`` when it has passed."""
+    ISO UTC instant, followed by `` (overdue)`` or `` (due)`` when it has passed. A paused
+    schedule reads ``paused, `` first (it is never overdue: nothing may claim it)."""
+    if record.paused:
+        return "paused, " + _next_run(record, now_ms, absolute, leased=True)
+    return _next_run(record, now_ms, absolute, _live(record.lease_until, now_ms))
+
+
+def _next_run(record: ScheduleRecord, now_ms: int, absolute: bool, leased: bool) -> str:
     at = record.next_run_at
     if at is None:
         return "none (one-shot ran)"
-    leased = _live(record.lease_until, now_ms)
     if absolute:
         if at > now_ms:
             return iso_utc(at)
@@ -128,10 +134,10 @@ def last_run_state(record: ScheduleRecord, now_ms: int, absolute: bool = False) 
 
 def unclaimed_for(record: ScheduleRecord, now_ms: int) -> int | None:
     """How long (ms) the record has been claimable and unclaimed at ``now_ms``: since the
-    later of ``next_run_at`` and an expired lease's end. None: not due, a tombstone, or under
-    a live lease."""
-    at = record.next_run_at
-    if at is None or at > now_ms or _live(record.lease_until, now_ms):
+    later of ``due_at`` (``next_run_at`` plus its jitter, or a pending trigger's time) and
+    an expired lease's end. None: not due, a tombstone, paused, or under a live lease."""
+    at = record.due_at if record.due_at is not None else record.next_run_at
+    if record.paused or at is None or at > now_ms or _live(record.lease_until, now_ms):
         return None
     since = at if record.lease_until is None else max(at, record.lease_until)
     return now_ms - since

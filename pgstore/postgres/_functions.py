@@ -59,12 +59,16 @@ SCHEDULE_COMPLETE = Function(
     "schedule_complete", ("text", "bigint", "bigint", "bigint", "text", "bigint")
 )
 SCHEDULE_DELETE = Function("schedule_delete", ("text",))
+SCHEDULE_DUE_AT = Function("schedule_due_at", ("text", "bigint", "bigint"))
 SCHEDULE_GET = Function("schedule_get", ("text",))
 SCHEDULE_LIST = Function("schedule_list", ())
+SCHEDULE_PAUSE = Function("schedule_pause", ("text", "bigint"))
 SCHEDULE_REGISTER = Function(
-    "schedule_register", ("text", "text", "text", "bigint", "bigint", "text")
+    "schedule_register", ("text", "text", "text", "bigint", "bigint", "text", "bigint")
 )
 SCHEDULE_RENEW = Function("schedule_renew", ("text", "bigint", "bigint"))
+SCHEDULE_RESUME = Function("schedule_resume", ("text", "bigint"))
+SCHEDULE_TRIGGER = Function("schedule_trigger", ("text", "bigint"))
 SCHEMA_REVISION = Function("schema_revision", ())
 STORE_STATS = Function("store_stats", ("bigint",))
 TOKEN_FLOOR = Function("token_floor", ())
@@ -114,10 +118,14 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(SCHEDULE_CLAIM_NEXT, security_definer=True, volatility="volatile"),
     Definition(SCHEDULE_COMPLETE, security_definer=True, volatility="volatile"),
     Definition(SCHEDULE_DELETE, security_definer=True, volatility="volatile"),
+    Definition(SCHEDULE_DUE_AT, security_definer=False, volatility="immutable"),
     Definition(SCHEDULE_GET, security_definer=True, volatility="stable"),
     Definition(SCHEDULE_LIST, security_definer=True, volatility="stable"),
+    Definition(SCHEDULE_PAUSE, security_definer=True, volatility="volatile"),
     Definition(SCHEDULE_REGISTER, security_definer=True, volatility="volatile"),
     Definition(SCHEDULE_RENEW, security_definer=True, volatility="volatile"),
+    Definition(SCHEDULE_RESUME, security_definer=True, volatility="volatile"),
+    Definition(SCHEDULE_TRIGGER, security_definer=True, volatility="volatile"),
     Definition(SCHEMA_REVISION, security_definer=True, volatility="immutable"),
     Definition(STORE_STATS, security_definer=True, volatility="volatile"),
     Definition(TOKEN_FLOOR, security_definer=True, volatility="volatile"),

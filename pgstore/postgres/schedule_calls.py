@@ -24,6 +24,9 @@ COMPLETE = _sql.SCHEDULE_COMPLETE
 DELETE = _sql.SCHEDULE_DELETE
 LIST = _sql.SCHEDULE_LIST
 CLAIM_NEXT = _sql.SCHEDULE_CLAIM_NEXT
+PAUSE = _sql.SCHEDULE_PAUSE
+RESUME = _sql.SCHEDULE_RESUME
+TRIGGER = _sql.SCHEDULE_TRIGGER
 
 
 def get(id: str) -> Call[ScheduleRecord | None]:
@@ -32,7 +35,13 @@ def get(id: str) -> Call[ScheduleRecord | None]:
 
 
 def register(
-    id: str, kind: str, spec: str, next_run_at: int | None, now: int | None, catch_up: str
+    id: str,
+    kind: str,
+    spec: str,
+    next_run_at: int | None,
+    now: int | None,
+    catch_up: str,
+    jitter_ms: int = 0,
 ) -> Call[ScheduleRecord]:
     v.text("id", id)
     v.text("kind", kind)
@@ -40,7 +49,8 @@ def register(
     v.integer("next_run_at", next_run_at)
     v.integer("now", now)
     v.text("catch_up", catch_up)
-    args = (id, kind, spec, next_run_at, now, catch_up)
+    v.integer("jitter_ms", jitter_ms)
+    args = (id, kind, spec, next_run_at, now, catch_up, jitter_ms)
     return Call(REGISTER, args, _rows.first_schedule_record)
 
 
@@ -93,3 +103,21 @@ def claim_next(
     v.text_list("ids", ids)
     args = (owner, now, lease_ms, limit, None if ids is None else list(ids))
     return Call(CLAIM_NEXT, args, _rows.claim_results)
+
+
+def pause(id: str, now: int | None) -> Call[ScheduleRecord | None]:
+    v.text("id", id)
+    v.integer("now", now)
+    return Call(PAUSE, (id, now), _rows.optional_schedule_record)
+
+
+def resume(id: str, now: int | None) -> Call[ScheduleRecord | None]:
+    v.text("id", id)
+    v.integer("now", now)
+    return Call(RESUME, (id, now), _rows.optional_schedule_record)
+
+
+def trigger(id: str, now: int | None) -> Call[ScheduleRecord | None]:
+    v.text("id", id)
+    v.integer("now", now)
+    return Call(TRIGGER, (id, now), _rows.optional_schedule_record)

@@ -44,12 +44,16 @@ class AsyncPgScheduleStore(AsyncStore):
         next_run_at: int | None,
         now: int | None = None,
         catch_up: CatchUp = "once",
+        jitter_ms: int = 0,
     ) -> ScheduleRecord:
-        """Insert if absent; same kind, spec and ``catch_up``: untouched; another kind or
-        spec: overwrite kind, spec, next_run_at and catch_up (token, lease, last_* kept);
-        only another ``catch_up``: just that changes. Returns the stored record.
+        """Insert if absent; same kind, spec, ``catch_up`` and ``jitter_ms``: untouched;
+        another kind or spec: overwrite kind, spec, next_run_at, catch_up and jitter_ms
+        (token, lease, last_*, paused and triggered_at kept); only another ``catch_up``
+        or ``jitter_ms``: just those change. Returns the stored record.
         SQL: ``schedule_register``."""
-        return await self._runner.run(calls.register(id, kind, spec, next_run_at, now, catch_up))
+        return await self._runner.run(
+            calls.register(id, kind, spec, next_run_at, now, catch_up, jitter_ms)
+        )
 
     async def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
@@ -91,3 +95,23 @@ class AsyncPgScheduleStore(AsyncStore):
         """Claim up to ``limit`` due, unleased records (earliest first; only ``ids`` if given).
         SQL: ``schedule_claim_next``."""
         return await self._runner.run(calls.claim_next(owner, now, lease_ms, limit, ids))
+
+    async def pause(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Pause ``id``: no claim takes it until ``resume``; a lease already held runs on.
+        The record, or None for an unknown id.
+        SQL: ``schedule_pause``."""
+        return await self._runner.run(calls.pause(id, now))
+
+    async def resume(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Make ``id`` claimable again with ``next_run_at`` where the pause left it: the
+        occurrences missed meanwhile meet the catch-up policy, as after downtime. The
+        record, or None for an unknown id.
+        SQL: ``schedule_resume``."""
+        return await self._runner.run(calls.resume(id, now))
+
+    async def trigger(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Ask for one run of ``id`` now, out of turn: the next claim takes it (a fresh
+        token), and its complete keeps ``next_run_at``. The record, or None when refused:
+        unknown, paused, or a live lease.
+        SQL: ``schedule_trigger``."""
+        return await self._runner.run(calls.trigger(id, now))

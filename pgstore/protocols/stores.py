@@ -48,10 +48,12 @@ class ScheduleStore(Protocol):
         next_run_at: int | None,
         now: int | None = None,
         catch_up: CatchUp = "once",
+        jitter_ms: int = 0,
     ) -> ScheduleRecord:
-        """Insert if absent (token: the id's high-water mark, or 0); same kind, spec and
-        ``catch_up``: untouched; another kind or spec: overwrite kind, spec, next_run_at and
-        catch_up, keeping token, lease, last_*; only another ``catch_up``: just that changes."""
+        """Insert if absent (token: the id's high-water mark, or 0); same kind, spec,
+        ``catch_up`` and ``jitter_ms``: untouched; another kind or spec: overwrite kind,
+        spec, next_run_at, catch_up and jitter_ms, keeping token, lease, last_*, paused
+        and triggered_at; only another ``catch_up`` or ``jitter_ms``: just those change."""
 
     def claim_due(
         self, id: str, owner: str, now: int | None, lease_ms: int
@@ -81,6 +83,18 @@ class ScheduleStore(Protocol):
         ids: Sequence[str] | None = None,
     ) -> builtins.list[ClaimResult]:
         """Claim up to ``limit`` due, unleased records, earliest first (only ``ids``)."""
+
+    def pause(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Pause ``id``: no claim takes it until ``resume``; a held lease runs on. The
+        record, or None for an unknown id."""
+
+    def resume(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Make ``id`` claimable again, ``next_run_at`` unchanged (the missed occurrences
+        meet the schedule's catch-up policy). The record, or None for an unknown id."""
+
+    def trigger(self, id: str, now: int | None = None) -> ScheduleRecord | None:
+        """Ask for one run of ``id`` out of turn: the next claim takes it, and its complete
+        keeps ``next_run_at``. The record, or None: unknown, paused, or a live lease."""
 
 
 class JobStore(Protocol):

@@ -47,9 +47,12 @@ class Completer:
         self._backlogs: dict[str, _catch_up.Backlog] = {}
 
     async def finish(
-        self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp
+        self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp,
+        kept: int | None = None,
     ) -> None:
-        """Complete the claim with ``status`` and the next occurrence under ``catch_up``."""
+        """Complete the claim with ``status`` and the next occurrence under ``catch_up``;
+        for a triggered run (``ctx.triggered``), ``kept``, the record's ``next_run_at``,
+        which the store keeps whatever it is sent."""
         # complete cannot commit twice (a spent claim answers False), so a failed one
         # (a lost connection) is retried rather than left to the lease's expiry, which
         # would run the occurrence again.
@@ -57,7 +60,7 @@ class Completer:
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
                 now = await self._host.now()
-                upcoming = await self._upcoming(task, ctx, now, catch_up)
+                upcoming = await self._upcoming(task, ctx, now, catch_up, kept)
                 patch = CompletePatch(upcoming, ctx.started_at, status)
                 completed = await self._complete(task.id, ctx.fencing_token, patch, now)
                 break
@@ -95,7 +98,7 @@ class Completer:
                                     token=ctx.fencing_token))
 
     async def _upcoming(
-        self, task: Task, ctx: RunContext, now: int, catch_up: CatchUp
+        self, task: Task, ctx: RunContext, now: int, catch_up: CatchUp, kept: int | None
     ) -> int | None:
         """``next_run_at`` after the occurrence ``ctx`` ran (or skipped) at ``now``.
 
@@ -111,6 +114,10 @@ class Completer:
         until it is registered with another spec or its record is changed).
         """
         scheduled = ctx.scheduled_at
+        if ctx.triggered:
+            # The store keeps next_run_at for a triggered run and ignores this one; the
+            # record's is sent so that the patch says what happens.
+            return kept
         try:
             if task.kind == "once" or catch_up != "all":
                 return task.next_run_at(scheduled, now, catch_up, self.catch_up_limit)

@@ -93,7 +93,9 @@ class Registered(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Claim(Event):
     """A claim: ``claimed`` (one per piece, with its subject, token, due time and lease
-    end), ``empty`` (a round that found nothing due) or ``error`` (the call raised)."""
+    end), ``empty`` (a round that found nothing due) or ``error`` (the call raised). A
+    schedule's due time is when it became claimable: its jittered ``due_at``, or a
+    trigger's time."""
 
     outcome: Literal["claimed", "empty", "error"]
     now: int | None = None

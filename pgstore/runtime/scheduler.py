@@ -34,6 +34,14 @@ completed as ``skipped`` without running; then the future), ``once`` (the
 default: one run, then the future) or ``all`` (each missed occurrence, oldest
 first, at most ``catch_up_limit`` of them). A run in progress is never
 overlapped: its lease is held, so nothing claims the schedule until it completes.
+
+Schedule controls (docs/schedule-controls.md): ``pause``/``resume`` stop and restart
+the claims of a schedule (resumed, the occurrences missed meanwhile meet its catch-up
+policy, as after downtime); ``trigger`` asks for one run now, which the next claim takes
+(``ctx.triggered``) and whose completion keeps ``next_run_at``; ``jitter=`` on ``cron``
+and ``every`` delays each occurrence by a deterministic amount in ``[0, jitter)``, the
+handler still seeing the nominal ``scheduled_at`` and skip's lateness counted from the
+jittered due time.
 """
 
 from __future__ import annotations
@@ -50,9 +58,11 @@ from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
 from pgstore.models import (
     CATCH_UPS,
+    MAX_JITTER_MS,
     CatchUp,
     ClaimResult,
     ScheduleKind,
+    ScheduleRecord,
 )
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
 from pgstore.runtime import catch_up as _catch_up
@@ -135,16 +145,19 @@ class Scheduler(Runtime):
         self._register = schedules.register
         self._claim_next = schedules.claim_next
         self._renew = schedules.renew
+        self._schedules = schedules
 
     # --- declaring tasks -----------------------------------------------------------
 
     @overload
     def cron(
-        self, id: str, expr: str, *, tz: str = ..., catch_up: CatchUp = ...
+        self, id: str, expr: str, *, tz: str = ..., catch_up: CatchUp = ...,
+        jitter: int | timedelta = ...,
     ) -> Callable[[H], H]: ...
     @overload
     def cron(
-        self, id: str, expr: str, handler: H, *, tz: str = ..., catch_up: CatchUp = ...
+        self, id: str, expr: str, handler: H, *, tz: str = ..., catch_up: CatchUp = ...,
+        jitter: int | timedelta = ...,
     ) -> H: ...
 
     def cron(
@@ -155,23 +168,30 @@ class Scheduler(Runtime):
         *,
         tz: str = "UTC",
         catch_up: CatchUp = "once",
+        jitter: int | timedelta = 0,
     ) -> Any:
         """Run ``handler`` at each occurrence of ``expr`` on ``tz``'s wall clock.
 
         Stored as ``expr``, or ``TZ=<zone> <expr>`` for a zone other than UTC.
         ``catch_up`` (``skip``, ``once`` or ``all``) is what happens to the occurrences
-        missed while no scheduler ran (docs/catch-up.md).
+        missed while no scheduler ran (docs/catch-up.md). ``jitter`` (ms, or a
+        timedelta; 0 to a day, default 0) delays each occurrence by a deterministic
+        amount in ``[0, jitter)`` (docs/schedule-controls.md); keep it below the gap
+        between occurrences.
         """
         spec = cron_spec(expr, tz)
-        return self._declare(id, "cron", spec.stored(), handler, catch_up, cron=spec)
+        return self._declare(id, "cron", spec.stored(), handler, catch_up, cron=spec,
+                             jitter_ms=_jitter_ms(jitter))
 
     @overload
     def every(
-        self, id: str, interval: int | timedelta, *, catch_up: CatchUp = ...
+        self, id: str, interval: int | timedelta, *, catch_up: CatchUp = ...,
+        jitter: int | timedelta = ...,
     ) -> Callable[[H], H]: ...
     @overload
     def every(
-        self, id: str, interval: int | timedelta, handler: H, *, catch_up: CatchUp = ...
+        self, id: str, interval: int | timedelta, handler: H, *, catch_up: CatchUp = ...,
+        jitter: int | timedelta = ...,
     ) -> H: ...
 
     def every(
@@ -181,12 +201,17 @@ class Scheduler(Runtime):
         handler: Handler | None = None,
         *,
         catch_up: CatchUp = "once",
+        jitter: int | timedelta = 0,
     ) -> Any:
         """Run ``handler`` every ``interval`` (ms, or a timedelta) at a fixed rate; the first
         run is one interval after the task is first registered. ``catch_up`` as for
-        ``cron``."""
+        ``cron``; ``jitter`` too, and it must be less than ``interval``."""
         period = milliseconds("interval", interval)
-        return self._declare(id, "interval", str(period), handler, catch_up, period_ms=period)
+        jitter_ms = _jitter_ms(jitter)
+        if jitter_ms >= period:
+            raise InvalidArgument("jitter must be less than the interval")
+        return self._declare(id, "interval", str(period), handler, catch_up, period_ms=period,
+                             jitter_ms=jitter_ms)
 
     @overload
     def once(
@@ -227,6 +252,7 @@ class Scheduler(Runtime):
         *,
         cron: CronSpec | None = None,
         period_ms: int | None = None,
+        jitter_ms: int = 0,
     ) -> Any:
         v.name("id", id)
         catch_up = v.one_of("catch_up", catch_up, CATCH_UPS)
@@ -237,11 +263,36 @@ class Scheduler(Runtime):
             if not callable(fn):
                 raise InvalidArgument(f"handler of task {id!r} must be callable")
             self.tasks[id] = Task(
-                id, kind, spec, fn, cron=cron, period_ms=period_ms, catch_up=catch_up
+                id, kind, spec, fn, cron=cron, period_ms=period_ms, catch_up=catch_up,
+                jitter_ms=jitter_ms,
             )
             return fn
 
         return declare if handler is None else declare(handler)
+
+    # --- schedule controls -----------------------------------------------------------
+
+    async def pause(self, id: str) -> ScheduleRecord | None:
+        """Pause schedule ``id`` (any scheduler's): no scheduler claims it until ``resume``;
+        a run in progress finishes. The record, or None for an unknown id."""
+        return await self._schedules.pause(id, await self.now())
+
+    async def resume(self, id: str) -> ScheduleRecord | None:
+        """Resume schedule ``id``: the occurrences missed while paused meet its catch-up
+        policy, as after downtime (docs/schedule-controls.md). The record, or None."""
+        record = await self._schedules.resume(id, await self.now())
+        self.wake()
+        return record
+
+    async def trigger(self, id: str) -> ScheduleRecord | None:
+        """Run schedule ``id`` once now, out of turn, without moving its next occurrence:
+        the next claim (this scheduler's, woken, or another's that declares ``id``) runs
+        it with a fresh fencing token. The record, or None when refused: unknown, paused,
+        or a run in progress (a live lease)."""
+        record = await self._schedules.trigger(id, await self.now())
+        if record is not None:
+            self.wake()
+        return record
 
     # --- the runtime -----------------------------------------------------------------
 
@@ -250,7 +301,8 @@ class Scheduler(Runtime):
         now = await self.now()
         for task in self.tasks.values():
             record = await self._register(
-                task.id, task.kind, task.spec, task.first_run_at(now), now, task.catch_up
+                task.id, task.kind, task.spec, task.first_run_at(now), now, task.catch_up,
+                task.jitter_ms,
             )
             log.info("%s: registered %s (%s %s, catch_up %s), next run at %s", self.owner,
                      task.id, task.kind, task.spec, record.catch_up, record.next_run_at)
@@ -271,17 +323,26 @@ class Scheduler(Runtime):
                      claim.fencing_token, claim.record.next_run_at)
             self.emit(Claim(runtime="scheduler", owner=self.owner, outcome="claimed", now=now,
                             subject=claim.record.id, token=claim.fencing_token,
-                            due_at=claim.record.next_run_at,
+                            due_at=_claimable_since(claim.record),
                             lease_until=claim.record.lease_until))
         return [self._run(claim, now, anchor) for claim in claims]
 
     async def _run(self, claim: ClaimResult, claimed_at: int, anchor: float) -> None:
         task = self.tasks[claim.record.id]
-        scheduled = claim.record.next_run_at
-        assert scheduled is not None  # claim_due only claims due records
-        ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner)
-        catch_up = claim.record.catch_up
-        if not _catch_up.runs(catch_up, scheduled, claimed_at, self.catch_up_grace_ms):
+        record = claim.record
+        triggered = record.triggered_at is not None
+        # A triggered run's time is when it was asked for; a regular one's, its nominal
+        # occurrence (the jitter only delays when it may be claimed).
+        scheduled = record.triggered_at if triggered else record.next_run_at
+        assert scheduled is not None  # the claims only take due or triggered records
+        ctx = RunContext(task.id, claim.fencing_token, scheduled, claimed_at, self.owner,
+                         triggered=triggered)
+        catch_up = record.catch_up
+        # Lateness counts from when the occurrence became due (its jittered time); a
+        # triggered run is asked for by hand and always runs.
+        due = record.due_at if record.due_at is not None else scheduled
+        if not triggered and not _catch_up.runs(catch_up, due, claimed_at,
+                                                self.catch_up_grace_ms):
             log.info("%s: %s token %d (scheduled %s) claimed %d ms late: skipped (catch_up "
                      "skip)", self.owner, task.id, ctx.fencing_token, scheduled,
                      claimed_at - scheduled)
@@ -312,7 +373,7 @@ class Scheduler(Runtime):
                 return
             log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id,
                      ctx.fencing_token, time.monotonic() - started, status)
-            await self._completer.finish(task, ctx, status, catch_up)
+            await self._completer.finish(task, ctx, status, catch_up, record.next_run_at)
         finally:
             if keeper is not None:
                 keeper.cancel()
@@ -378,6 +439,24 @@ class Scheduler(Runtime):
             lease_ms=self.lease_ms, anchor=anchor,
             what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner, log=log,
             on_lost=lost)
+
+
+def _claimable_since(record: ScheduleRecord) -> int | None:
+    """When a claimed record became claimable: a trigger's time, else its jittered due
+    time (the claim's lateness counts from it, not from the nominal occurrence)."""
+    if record.triggered_at is not None:
+        return record.triggered_at
+    return record.due_at if record.due_at is not None else record.next_run_at
+
+
+def _jitter_ms(jitter: int | timedelta) -> int:
+    if isinstance(jitter, timedelta):
+        jitter = int(jitter.total_seconds() * 1000)
+    if isinstance(jitter, bool) or not isinstance(jitter, int) or not (
+        0 <= jitter <= MAX_JITTER_MS
+    ):
+        raise InvalidArgument(f"jitter must be from 0 to {MAX_JITTER_MS} ms (a day)")
+    return jitter
 
 
 def _takes_context(fn: Handler) -> bool:

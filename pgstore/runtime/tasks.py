@@ -34,6 +34,8 @@ class RunContext:
     ``lease_lost`` is set when a renew failed: the occurrence may be running
     elsewhere, and this run will not be completed; a plain handler should
     check it and stop early (an ``async def`` handler is cancelled instead).
+    ``triggered``: the run was asked for by ``trigger`` (out of turn; ``scheduled_at`` is
+    when it was asked for), not a regular occurrence.
     """
 
     task_id: str
@@ -42,6 +44,7 @@ class RunContext:
     started_at: int
     owner: str
     lease_lost: threading.Event = field(default_factory=threading.Event)
+    triggered: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Task:
     cron: CronSpec | None = None
     period_ms: int | None = None  # the interval, or the one-shot delay
     catch_up: CatchUp = "once"  # registered with the record; the record's is applied
+    jitter_ms: int = 0  # each occurrence claimable up to this much after its time
 
     def first_run_at(self, now: int) -> int:
         """``next_run_at`` for a new (or changed) record registered at ``now``."""

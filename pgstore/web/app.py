@@ -87,8 +87,8 @@ class Stores:
 class Action:
     """A change the console offers: the store function it calls (which the role needs
     EXECUTE on), the form field naming its targets, and the call for one target, which
-    answers in a word. Schedule pause, resume and trigger, when the store has them, are
-    one entry each here and a button in ``schedules.html``."""
+    answers in a word. Schedule pause, resume and trigger are one entry each here and a
+    button in ``schedules.html``."""
 
     name: str
     label: str
@@ -112,12 +112,37 @@ async def _delete(stores: Stores, id: str) -> str:
     return "deleted (its fencing token kept as the id's high-water mark)"
 
 
+async def _pause(stores: Stores, id: str) -> str:
+    record = await stores.schedules.pause(id)
+    return "no such schedule" if record is None else "paused (a run in progress finishes)"
+
+
+async def _resume(stores: Stores, id: str) -> str:
+    record = await stores.schedules.resume(id)
+    if record is None:
+        return "no such schedule"
+    return f"resumed (missed occurrences: catch-up {record.catch_up})"
+
+
+async def _trigger(stores: Stores, id: str) -> str:
+    record = await stores.schedules.trigger(id)
+    if record is not None:
+        return "triggered (the next claim runs it once; its next run stays)"
+    current = await stores.schedules.get(id)
+    if current is None:
+        return "no such schedule"
+    return "refused: paused" if current.paused else "refused: running (a live lease)"
+
+
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
         Action("job-retry", "Retry", job_calls.RETRY, "run_id", _retry),
         Action("job-cancel", "Cancel", job_calls.CANCEL, "run_id", _cancel),
         Action("schedule-delete", "Delete", schedule_calls.DELETE, "id", _delete, confirm=True),
+        Action("schedule-pause", "Pause", schedule_calls.PAUSE, "id", _pause),
+        Action("schedule-resume", "Resume", schedule_calls.RESUME, "id", _resume),
+        Action("schedule-trigger", "Run now", schedule_calls.TRIGGER, "id", _trigger),
     )
 }
 

@@ -85,11 +85,12 @@ def without_marks(found: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tup
 #: reads store_settings, and only for a p_now that is given) and check_lease (plpgsql: it
 #: reads store_settings on every call that sets a lease end), and the batch calls' checks
 #: (batch_max, and the plpgsql check_run_ids, check_same_length, check_lease_sequences),
-#: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history).
+#: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history),
+#: and schedule_due_at (immutable SQL: the expression of the generated schedules.due_at).
 INLINED_HELPERS = frozenset(
     {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present",
      "check_one_of", "check_length", "check_now", "check_lease", "check_sequence",
      "check_primary", "raise_standby", "token_floor_at", "raise_no_epoch", "batch_max",
      "check_run_ids", "check_same_length", "check_lease_sequences", "job_history_advance",
-     "job_history_forget"}
+     "job_history_forget", "schedule_due_at"}
 )

@@ -28,7 +28,7 @@ const COLUMNS =
 export const SCHEDULE_FUNCTIONS = [
   "now_ms()",
   "schedule_get(text)",
-  "schedule_register(text,text,text,bigint,bigint,text)",
+  "schedule_register(text,text,text,bigint,bigint,text,bigint)",
   "schedule_claim_due(text,text,bigint,bigint)",
   "schedule_renew(text,bigint,bigint)",
   "schedule_complete(text,bigint,bigint,bigint,text,bigint)",
@@ -114,7 +114,7 @@ export class PgScheduleStore implements ScheduleStore {
   ): Promise<ScheduleRecord> {
     const row = await this.#run.row(
       `SELECT ${COLUMNS} FROM $schema.schedule_register(` +
-        "$1::text, $2::text, $3::text, $4::bigint, $5::bigint, 'once'::text)",
+        "$1::text, $2::text, $3::text, $4::bigint, $5::bigint, 'once'::text, 0::bigint)",
       [
         text("id", rec.id),
         text("kind", rec.kind),
