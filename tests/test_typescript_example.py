@@ -19,52 +19,29 @@ import asyncio
 import hashlib
 import json
 import os
-import re
-import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote, urlencode
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from pgstore import Dispatcher, PgJobStore, PgScheduleStore, migrate
 from pgstore.models import Job
-from tests.support.node import CLIENT, NodeProject
+from tests.support.node import CLIENT, NodeProject, node_url
 
 #: With tests/test_typescript_client.py: both install and build clients/typescript, which
 #: two xdist workers must not do at once.
 pytestmark = pytest.mark.xdist_group("node_projects")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "typescript"
-INSTALLED = EXAMPLE / "node_modules" / ".pgstore-lock-sha256"
 BUILT = EXAMPLE / "dist" / ".pgstore-source-sha256"
 #: Quotes and a space: the program must quote the schema, not splice it.
 SCHEMA = 'ts "example" store'
 #: Longer than anything the test waits: a dispatch within the test is the wake-up's.
 POLL_INTERVAL = 600.0
 WAIT = 60.0
-NETWORK_ERROR = re.compile(
-    r"\b(ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENETUNREACH|EHOSTUNREACH"
-    r"|network)\b"
-)
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not on PATH: the TypeScript example was not run")
-    return path
-
-
-def _run(argv: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, cwd=EXAMPLE, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )
 
 
 def _digest(*paths: Path) -> str:
@@ -74,30 +51,7 @@ def _digest(*paths: Path) -> str:
     return sha.hexdigest()
 
 
-def _stamped(stamp: Path, digest: str) -> bool:
-    return stamp.exists() and stamp.read_text() == digest
-
-
-def _npm_install(npm: str) -> None:
-    """``npm ci`` unless node_modules already holds exactly this package-lock.json."""
-    lock = _digest(EXAMPLE / "package-lock.json")
-    if _stamped(INSTALLED, lock):
-        return
-    argv = [npm, "ci", "--no-audit", "--no-fund", "--fetch-timeout=30000", "--fetch-retries=1"]
-    try:
-        done = _run(argv, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm registry unreachable: npm ci had no answer within 300 s")
-    if done.returncode != 0:
-        output = done.stdout + done.stderr
-        if NETWORK_ERROR.search(output):
-            line = next((x for x in output.splitlines() if NETWORK_ERROR.search(x)), "")
-            pytest.skip(f"npm registry unreachable: {line.strip()}")
-        pytest.fail(f"npm ci exited {done.returncode}:\n{output}")
-    INSTALLED.write_text(lock)
-
-
-def _build(npm: str) -> None:
+def _build(project: NodeProject) -> None:
     """``tsc`` unless dist/ was built from exactly these sources and dependencies."""
     sources = sorted((EXAMPLE / "src").rglob("*.ts"))
     # The package's declarations are compiled into the example too.
@@ -106,9 +60,9 @@ def _build(npm: str) -> None:
     digest = hashlib.sha256(
         digest.encode() + b"".join((EXAMPLE.parent.parent / p).read_bytes() for p in package)
     ).hexdigest()
-    if _stamped(BUILT, digest):
+    if BUILT.exists() and BUILT.read_text() == digest:
         return
-    built = _run([npm, "run", "--silent", "build"], timeout=300)
+    built = project.npm(["run", "--silent", "build"], timeout=300)
     assert built.returncode == 0, f"tsc failed:\n{built.stdout}{built.stderr}"
     BUILT.write_text(digest)
 
@@ -116,25 +70,13 @@ def _build(npm: str) -> None:
 @pytest.fixture(scope="module")
 def example() -> list[str]:
     """The argv that runs the built example (installed and compiled when they changed)."""
-    node, npm = _tool("node"), _tool("npm")
     client = NodeProject(CLIENT)  # the package the example depends on (file:), built first
     client.install()
     client.build(["run", "--silent", "build"], sources=["src"])
-    _npm_install(npm)
-    _build(npm)
-    return [node, str(EXAMPLE / "dist" / "main.js")]
-
-
-def node_url(conninfo: str) -> str:
-    """A libpq conninfo (keywords or URI) as the postgresql:// URL node-postgres reads;
-    host and port go in the query, so a socket directory works too."""
-    params = conninfo_to_dict(conninfo)
-    user = quote(str(params.get("user") or os.environ.get("USER", "postgres")), safe="")
-    password = params.get("password")
-    auth = f"{user}:{quote(str(password), safe='')}" if password else user
-    query = {k: str(params[k]) for k in ("host", "port", "sslmode") if params.get(k)}
-    database = quote(str(params.get("dbname") or ""), safe="")
-    return f"postgresql://{auth}@/{database}?{urlencode(query)}"
+    project = NodeProject(EXAMPLE)
+    project.install()  # npm ci unless node_modules holds exactly this package-lock.json
+    _build(project)
+    return [project.node_bin, str(EXAMPLE / "dist" / "main.js")]
 
 
 class _Background:
