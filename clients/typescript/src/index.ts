@@ -40,4 +40,10 @@ export {
   type ReleaseOptions,
   type RetryResult,
 } from "./jobs.js";
-export { PgScheduleStore, SCHEDULE_FUNCTIONS } from "./schedules.js";
+export {
+  PgScheduleStore,
+  SCHEDULE_FUNCTIONS,
+  type RegisterOptions,
+  type Schedule,
+  type ScheduleClaim,
+} from "./schedules.js";

@@ -35,6 +35,7 @@ export const JOB_FUNCTIONS = [
   "job_mark_dispatched(text,text,text,bigint)",
   "job_release(text,text,bigint,bigint,text)",
   "job_retry(text,bigint)",
+  "job_reschedule(text,bigint,bigint)",
   "job_cancel(text)",
   "job_get(text)",
   "job_list_dispatched()",
@@ -273,6 +274,24 @@ export class PgJobStore implements IJobStore {
       optionalInt8("dispatchAt", dispatchAt),
     ]);
     return readString("job_retry", row?.["r"]) as RetryResult;
+  }
+
+  /**
+   * Moves the job to dispatchAt when it still waits (not dispatched, cancelled or
+   * failed) and holds no live lease at `now` (absent or null: the database clock),
+   * and answers it as moved; an expired lease is cleared, so its holder can no
+   * longer mark or release it (attempts and leaseSequence are kept). Undefined,
+   * and nothing changed: no such job, a finished one, or a live lease (its holder
+   * may be dispatching it). Unlike `schedule`, which moves any existing job.
+   * Notifies the store's channel at commit when it moved the job.
+   * SQL: `job_reschedule`
+   */
+  async reschedule(runId: string, dispatchAt: number, now?: number | null): Promise<Job | undefined> {
+    const row = await this.#run.row(
+      `SELECT ${COLUMNS} FROM $schema.job_reschedule($1::text, $2::bigint, $3::bigint)`,
+      [text("runId", runId), int8("dispatchAt", dispatchAt), optionalInt8("now", now)],
+    );
+    return row === undefined ? undefined : job(row);
   }
 
   /**

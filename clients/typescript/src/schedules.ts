@@ -1,4 +1,4 @@
-/** PgScheduleStore: botmesh's ScheduleStore over pgstore's schedule_* functions. */
+/** PgScheduleStore: botmesh's ScheduleStore over pgstore's schedule_* functions, with the controls. */
 
 import type {
   ClaimResult,
@@ -15,6 +15,7 @@ import {
   checkFunctions,
   int8,
   optionalInt8,
+  readBoolean,
   readNumber,
   readOptionalNumber,
   readString,
@@ -22,7 +23,8 @@ import {
 } from "./internal.js";
 
 const COLUMNS =
-  "id, kind, spec, next_run_at, last_run_at, last_status, fencing_token, lease_owner, lease_until, updated_at";
+  "id, kind, spec, next_run_at, last_run_at, last_status, fencing_token, lease_owner, lease_until," +
+  " updated_at, paused, jitter_ms, due_at, triggered_at";
 
 /** The functions PgScheduleStore calls, with the argument types it sends. */
 export const SCHEDULE_FUNCTIONS = [
@@ -34,17 +36,64 @@ export const SCHEDULE_FUNCTIONS = [
   "schedule_complete(text,bigint,bigint,bigint,text,bigint)",
   "schedule_delete(text)",
   "schedule_list()",
+  "schedule_pause(text,bigint)",
+  "schedule_resume(text,bigint)",
+  "schedule_trigger(text,bigint)",
 ] as const;
 
-/** A schedules row as the seed's ScheduleRecord: absent optional fields are left out. */
-function record(row: Row): ScheduleRecord {
-  const rec: ScheduleRecord = {
+/**
+ * A schedule as the store keeps it: the seed's ScheduleRecord fields, then the
+ * schedule controls' (docs/schedule-controls.md). Absent optional fields are
+ * left out (never `undefined`).
+ */
+export interface Schedule extends ScheduleRecord {
+  /** No claim takes it until `resume`; a lease already held runs on. */
+  paused: boolean;
+  /**
+   * Each occurrence becomes claimable a deterministic amount in [0, jitterMs)
+   * after nextRunAt (0: none). Set by `register`.
+   */
+  jitterMs: number;
+  /**
+   * When a claim may take it next, epoch ms: nextRunAt plus its jitter, or a
+   * pending trigger's time when that is earlier; null for a tombstone with no
+   * trigger pending. Claims compare it with now; nextRunAt stays the nominal time.
+   */
+  dueAt: number | null;
+  /**
+   * A run out of turn that `trigger` asked for at this time: the next claim takes
+   * it, due or not, and that claim's `complete` keeps nextRunAt.
+   */
+  triggeredAt?: number;
+}
+
+/** A successful claim: the claimed schedule and the claim's fencing token. */
+export interface ScheduleClaim extends ClaimResult {
+  record: Schedule;
+}
+
+/** register's options, beyond the seed's arguments. */
+export interface RegisterOptions {
+  /**
+   * Spread each occurrence over [0, jitterMs) ms after its time, by an amount
+   * fixed per schedule and occurrence; 0 to 86400000 (a day). Absent or null: 0,
+   * no jitter (so a register without it clears a jitter set before).
+   */
+  jitterMs?: number | bigint | null;
+}
+
+/** A schedules row as a Schedule: absent optional fields are left out. */
+function record(row: Row): Schedule {
+  const rec: Schedule = {
     id: readString("id", row["id"]),
     kind: readString("kind", row["kind"]) as ScheduleKind,
     spec: readString("spec", row["spec"]),
     nextRunAt: readOptionalNumber("next_run_at", row["next_run_at"]),
     fencingToken: readNumber("fencing_token", row["fencing_token"]),
     updatedAt: readNumber("updated_at", row["updated_at"]),
+    paused: readBoolean("paused", row["paused"]),
+    jitterMs: readNumber("jitter_ms", row["jitter_ms"]),
+    dueAt: readOptionalNumber("due_at", row["due_at"]),
   };
   const lastRunAt = readOptionalNumber("last_run_at", row["last_run_at"]);
   if (lastRunAt !== null) rec.lastRunAt = lastRunAt;
@@ -55,6 +104,8 @@ function record(row: Row): ScheduleRecord {
   if (row["lease_owner"] !== null) rec.leaseOwner = readString("lease_owner", row["lease_owner"]);
   const leaseUntil = readOptionalNumber("lease_until", row["lease_until"]);
   if (leaseUntil !== null) rec.leaseUntil = leaseUntil;
+  const triggeredAt = readOptionalNumber("triggered_at", row["triggered_at"]);
+  if (triggeredAt !== null) rec.triggeredAt = triggeredAt;
   return rec;
 }
 
@@ -94,7 +145,7 @@ export class PgScheduleStore implements ScheduleStore {
   }
 
   /** The record of `id`, or null. SQL: `schedule_get` */
-  async get(id: string): Promise<ScheduleRecord | null> {
+  async get(id: string): Promise<Schedule | null> {
     const row = await this.#run.row(
       `SELECT ${COLUMNS} FROM $schema.schedule_get($1::text)`,
       [text("id", id)],
@@ -104,23 +155,27 @@ export class PgScheduleStore implements ScheduleStore {
 
   /**
    * Inserts the task if absent (token: the id's high-water mark, or 0); same
-   * kind and spec: untouched (a restart keeps its nextRunAt); another kind or
-   * spec: overwrites kind, spec and nextRunAt, keeping the token. Returns the
-   * stored record. SQL: `schedule_register`
+   * kind, spec and jitter: untouched (a restart keeps its nextRunAt); another
+   * kind or spec: overwrites kind, spec, nextRunAt and the jitter, keeping the
+   * token; only another jitter: just that changes (dueAt follows). A pause and
+   * a pending trigger are kept either way. Returns the stored record.
+   * SQL: `schedule_register`
    */
   async register(
     rec: Pick<ScheduleRecord, "id" | "kind" | "spec" | "nextRunAt">,
     now: number | null,
-  ): Promise<ScheduleRecord> {
+    options?: RegisterOptions,
+  ): Promise<Schedule> {
     const row = await this.#run.row(
       `SELECT ${COLUMNS} FROM $schema.schedule_register(` +
-        "$1::text, $2::text, $3::text, $4::bigint, $5::bigint, 'once'::text, 0::bigint)",
+        "$1::text, $2::text, $3::text, $4::bigint, $5::bigint, 'once'::text, $6::bigint)",
       [
         text("id", rec.id),
         text("kind", rec.kind),
         text("spec", rec.spec),
         optionalInt8("nextRunAt", rec.nextRunAt),
         optionalInt8("now", now),
+        int8("jitterMs", options?.jitterMs ?? 0),
       ],
     );
     if (row === undefined) throw new Error("schedule_register returned no row");
@@ -129,15 +184,15 @@ export class PgScheduleStore implements ScheduleStore {
 
   /**
    * Claims `id` for `owner` until now + leaseMs, with the next fencing token,
-   * when it is due and has no live lease; else null (not due, leased elsewhere,
-   * or unknown). SQL: `schedule_claim_due`
+   * when it is not paused, is due (dueAt <= now) and has no live lease; else
+   * null (paused, not due, leased elsewhere, or unknown). SQL: `schedule_claim_due`
    */
   async claimDue(
     id: string,
     owner: string,
     now: number | null,
     leaseMs: number,
-  ): Promise<ClaimResult | null> {
+  ): Promise<ScheduleClaim | null> {
     const row = await this.#run.row(
       `SELECT ${COLUMNS} FROM $schema.schedule_claim_due($1::text, $2::text, $3::bigint, $4::bigint)`,
       [text("id", id), text("owner", owner), optionalInt8("now", now), int8("leaseMs", leaseMs)],
@@ -191,8 +246,47 @@ export class PgScheduleStore implements ScheduleStore {
   }
 
   /** Every stored record, orphans and tombstones included, ordered by id. SQL: `schedule_list` */
-  async list(): Promise<ScheduleRecord[]> {
+  async list(): Promise<Schedule[]> {
     const rows = await this.#run.rows(`SELECT ${COLUMNS} FROM $schema.schedule_list()`, []);
     return rows.map(record);
+  }
+
+  /**
+   * Pauses `id`: no claim takes it until `resume`. A lease already held runs
+   * on (its holder renews and completes as usual); nextRunAt, a pending trigger
+   * and the token are kept; updatedAt = now when it was not paused. The record,
+   * or null for an unknown id. `now` absent or null: the database clock.
+   * SQL: `schedule_pause`
+   */
+  async pause(id: string, now?: number | null): Promise<Schedule | null> {
+    return this.#control(`SELECT ${COLUMNS} FROM $schema.schedule_pause($1::text, $2::bigint)`, id, now);
+  }
+
+  /**
+   * Makes `id` claimable again, with nextRunAt where the pause left it: the
+   * occurrences missed meanwhile are met as after downtime, by whichever
+   * scheduler claims it. updatedAt = now when it was paused. The record, or null
+   * for an unknown id. SQL: `schedule_resume`
+   */
+  async resume(id: string, now?: number | null): Promise<Schedule | null> {
+    return this.#control(`SELECT ${COLUMNS} FROM $schema.schedule_resume($1::text, $2::bigint)`, id, now);
+  }
+
+  /**
+   * Asks for one run of `id` now, out of turn: sets triggeredAt (kept when
+   * already set), so the next claim takes it, due or not, with a fresh token;
+   * that claim's `complete` keeps nextRunAt (the patch's is ignored). An expired
+   * lease is fenced: its holder can no longer renew or complete. Runs nothing
+   * itself. The record, or null when refused: unknown, paused, or a live lease
+   * (a run in progress: trigger again after it). SQL: `schedule_trigger`
+   */
+  async trigger(id: string, now?: number | null): Promise<Schedule | null> {
+    return this.#control(`SELECT ${COLUMNS} FROM $schema.schedule_trigger($1::text, $2::bigint)`, id, now);
+  }
+
+  /** One control's statement on (id, now): the record it answers, or null. */
+  async #control(sql: string, id: string, now: number | null | undefined): Promise<Schedule | null> {
+    const row = await this.#run.row(sql, [text("id", id), optionalInt8("now", now)]);
+    return row === undefined ? null : record(row);
   }
 }

@@ -154,6 +154,48 @@ test("arguments the server cannot check are refused in the client, nothing sent"
   assert.deepEqual(await jobsState(owner), {});
 });
 
+test("the controls: their records carry pgstore's fields, and what the server cannot check is refused", async () => {
+  const rec = await schedules.register({ id: "c", kind: "interval", spec: "60000", nextRunAt: 1000 }, 0);
+  assert.equal(rec.paused, false);
+  assert.equal(rec.jitterMs, 0);
+  assert.equal(rec.dueAt, 1000);
+  assert.ok(!("triggeredAt" in rec), "an absent trigger is left out, not undefined");
+  const triggered = await schedules.trigger("c", 10);
+  assert.equal(triggered?.triggeredAt, 10);
+  assert.equal(triggered?.dueAt, 10);
+  const claim = await schedules.claimDue("c", "o1", 20, 1000);
+  assert.equal(claim?.record.triggeredAt, 10);
+  assert.equal((await schedules.pause("c", null))?.paused, true); // null: the database clock
+
+  // A big jitter as a bigint is a jitter like any other.
+  const jittered = await schedules.register(
+    { id: "c", kind: "interval", spec: "60000", nextRunAt: 1000 },
+    0,
+    { jitterMs: 86_400_000n },
+  );
+  assert.equal(jittered.jitterMs, 86_400_000);
+  const cases: [string, () => Promise<unknown>][] = [
+    ["fractional jitter", () => schedules.register({ id: "d", kind: "once", spec: "1", nextRunAt: 1 }, 0, { jitterMs: 0.5 })],
+    ["jitter as a string", () => schedules.register({ id: "d", kind: "once", spec: "1", nextRunAt: 1 }, 0, { jitterMs: "5" as unknown as number })],
+    ["NUL id", () => schedules.pause("c\u0000", 0)],
+    ["fractional now", () => schedules.resume("c", 1.5)],
+    ["lone surrogate", () => schedules.trigger("c\uD800", 0)],
+    ["no dispatchAt", () => jobs.reschedule("a", null as unknown as number)],
+    ["unsafe dispatchAt", () => jobs.reschedule("a", 2 ** 53 + 2)],
+  ];
+  const before = await owner.query(`SELECT * FROM ${Q}.schedules ORDER BY id`);
+  for (const [what, call] of cases) {
+    await assert.rejects(call(), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgument, what);
+      assert.equal((e as InvalidArgument).sqlstate, "22023", what);
+      assert.match((e as Error).message, /jitterMs|id|now|dispatchAt/, what);
+      return true;
+    });
+  }
+  assert.deepEqual((await owner.query(`SELECT * FROM ${Q}.schedules ORDER BY id`)).rows, before.rows);
+  assert.deepEqual(await jobsState(owner), {});
+});
+
 test("the schema is quoted, never spliced: a name with quotes and spaces is only a name", async () => {
   const odd = new PgJobStore(owner, { schema: `x"; DROP TABLE ${SCHEMA}.jobs; --` });
   await assert.rejects(odd.get("a"), SchemaNotReady);

@@ -54,6 +54,7 @@ const JOB_CALLS: Record<string, Call<PgJobStore>> = {
       error: a["error"] ?? null,
     }),
   retry: (s, a) => s.retry(a["run_id"], a["dispatch_at"]),
+  reschedule: (s, a) => s.reschedule(a["run_id"], a["dispatch_at"], a["now"]),
   cancel: (s, a) => s.cancel(a["run_id"]),
   get: (s, a) => s.get(a["run_id"]),
   list_dispatched: (s) => s.listDispatched(),
@@ -73,13 +74,20 @@ function patch(p: Record<string, any>): CompletePatch {
 
 const SCHEDULE_CALLS: Record<string, Call<PgScheduleStore>> = {
   register: (s, a) =>
-    s.register({ id: a["id"], kind: a["kind"], spec: a["spec"], nextRunAt: a["next_run_at"] }, a["now"]),
+    s.register(
+      { id: a["id"], kind: a["kind"], spec: a["spec"], nextRunAt: a["next_run_at"] },
+      a["now"],
+      "jitter_ms" in a ? { jitterMs: a["jitter_ms"] } : undefined,
+    ),
   claim_due: (s, a) => s.claimDue(a["id"], a["owner"], a["now"], a["lease_ms"]),
   renew: (s, a) => s.renew(a["id"], a["fencing_token"], a["lease_until"]),
   complete: (s, a) => s.complete(a["id"], a["fencing_token"], patch(a["patch"]), a["now"]),
   delete: (s, a) => s.delete(a["id"]),
   get: (s, a) => s.get(a["id"]),
   list: (s) => s.list(),
+  pause: (s, a) => s.pause(a["id"], a["now"]),
+  resume: (s, a) => s.resume(a["id"], a["now"]),
+  trigger: (s, a) => s.trigger(a["id"], a["now"]),
 };
 
 const JOB_FIELDS = [
@@ -88,7 +96,7 @@ const JOB_FIELDS = [
 ];
 const RECORD_FIELDS = [
   "id", "kind", "spec", "next_run_at", "last_run_at", "last_status", "fencing_token",
-  "lease_owner", "lease_until", "updated_at",
+  "lease_owner", "lease_until", "updated_at", "paused", "jitter_ms", "due_at", "triggered_at",
 ];
 
 const snake = (key: string): string => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);

@@ -43,7 +43,7 @@ export async function reset(owner: pg.Pool): Promise<void> {
 /** The bigint columns (node-postgres reads them as strings). */
 const INT8 = new Set([
   "dispatch_at", "lease_until", "lease_sequence", "next_run_at", "last_run_at",
-  "fencing_token", "updated_at",
+  "fencing_token", "updated_at", "jitter_ms", "due_at", "triggered_at",
 ]);
 
 function plainRow(row: Record<string, unknown>): Record<string, Plain> {
@@ -74,7 +74,8 @@ export async function schedulesState(
 ): Promise<{ schedules: Record<string, Plain>; fences: Record<string, Plain> }> {
   const { rows } = await owner.query(
     `SELECT id, kind, spec, next_run_at, last_run_at, last_status, fencing_token, lease_owner,` +
-      ` lease_until, updated_at, consecutive_failures, catch_up FROM ${Q}.schedules ORDER BY id`,
+      ` lease_until, updated_at, consecutive_failures, catch_up, paused, jitter_ms, due_at,` +
+      ` triggered_at FROM ${Q}.schedules ORDER BY id`,
   );
   const schedules: Record<string, Plain> = {};
   for (const row of rows as Record<string, unknown>[]) {
