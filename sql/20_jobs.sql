@@ -25,11 +25,24 @@ CREATE TABLE jobs (
     attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     max_attempts integer NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
     last_error   text,
-    failed       boolean NOT NULL DEFAULT false
+    failed       boolean NOT NULL DEFAULT false,
+    queue        text COLLATE "C" NOT NULL DEFAULT 'default',
+    priority     integer NOT NULL DEFAULT 0,
+    payload      jsonb
 ) WITH (fillfactor = 70);
 
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
     WHERE NOT dispatched AND NOT cancelled AND NOT failed;
+
+-- What job_lease walks: the pending jobs of each queue, highest priority first,
+-- then in due order. The lease probes each (queue, priority) group once (a loose
+-- index scan) and reads the due head of each, so future-dated jobs of a higher
+-- priority are never walked on the way to due jobs of a lower one. Its predicate
+-- says "waiting" in another form than jobs_pending_by_dispatch_at's (the same
+-- rows: the columns are NOT NULL), so that a query written in this form can use
+-- only this index (see job_lease_take).
+CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, run_id)
+    WHERE (dispatched OR cancelled OR failed) IS NOT TRUE;
 
 -- What job_purge walks: finished jobs only, oldest first. Leases never change
 -- finished_at, so they stay HOT.
@@ -78,6 +91,19 @@ COMMENT ON COLUMN jobs.failed IS
 'Terminal: set, once attempts >= max_attempts, by the job_release of the job''s last '
 'lease or by the job_lease (or job_lease_many) that finds that lease expired. A failed '
 'job is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
+COMMENT ON INDEX jobs_pending_by_queue IS
+'The lease path since pgstore_0019: pending jobs only, by queue, priority (highest '
+'first), dispatch_at and run_id. job_lease reads the due head of each (queue, priority) '
+'group, so its cost depends on the number of groups, not on the backlog.';
+COMMENT ON COLUMN jobs.queue IS
+'The job''s queue (''default'' unless job_schedule was given one): job_lease and '
+'job_lease_many lease from the queues their p_queues names (NULL: every queue).';
+COMMENT ON COLUMN jobs.priority IS
+'Higher is leased first among due jobs (then earliest dispatch_at, then run_id); 0 '
+'unless job_schedule was given one.';
+COMMENT ON COLUMN jobs.payload IS
+'What the job carries for its dispatcher (any JSON, at most '
+'store_settings.max_payload_bytes as JSON text), or NULL: none.';
 COMMENT ON INDEX jobs_finished_by_finished_at IS
 'The purge path: finished jobs only, oldest finished_at first.';
 
@@ -110,3 +136,23 @@ COMMENT ON COLUMN job_fences.lease_sequence IS
 'The greatest lease_sequence of any job deleted since pgstore_0014 (0: none), raised in '
 'the statement that deletes, never lowered. job_lease and job_lease_many hand out '
 'lease sequences above it, so a run_id scheduled again never repeats one.';
+
+-- The queue controls (sql/23_queues.sql). A queue needs no row to exist: a job's
+-- queue is its jobs.queue, and job_schedule writes nothing here (no cost on the
+-- schedule path). queue_pause writes the row of a queue it pauses; queue_resume
+-- clears its flag. job_lease reads it once per (queue, priority) group it finds.
+
+CREATE TABLE queues (
+    queue      text COLLATE "C" PRIMARY KEY,
+    paused     boolean NOT NULL DEFAULT false,
+    updated_at bigint  NOT NULL
+);
+
+COMMENT ON TABLE queues IS
+'The queue controls: one row per queue ever paused (queue_pause writes it, queue_resume '
+'clears paused). Written only through those functions; a queue with no row is not paused.';
+COMMENT ON COLUMN queues.paused IS
+'True: job_lease and job_lease_many lease none of the queue''s jobs (leases already '
+'held run on, and may be renewed, marked and released).';
+COMMENT ON COLUMN queues.updated_at IS
+'Epoch ms (the database clock) of the last queue_pause or queue_resume that changed the row.';

@@ -315,6 +315,9 @@ RETURNS TABLE (
     max_attempts integer,
     last_error   text,
     failed       boolean,
+    queue        text,
+    priority     integer,
+    payload      jsonb,
     matching     bigint
 )
 LANGUAGE plpgsql STABLE
@@ -335,7 +338,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
            AND j.dispatch_at <= v_now
@@ -345,7 +349,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          WHERE j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -354,7 +359,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -363,7 +369,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;

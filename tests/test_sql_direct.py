@@ -339,9 +339,10 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
     # The lease sequence comes after the other columns (the first lease is 1), then
     # finished_at (NULL while the job waits), then attempts (this lease counted),
-    # max_attempts (the store default), last_error and failed.
+    # max_attempts (the store default), last_error and failed; from pgstore_0019 the
+    # queue, priority and payload (the defaults: 'default', 0, none).
     assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1, None,
-                   1, 25, None, False)
+                   1, 25, None, False, "default", 0, None)
     assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
     assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
@@ -411,6 +412,9 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
         assert comment, f"{name} has no COMMENT ON FUNCTION"
         if name in INLINED_HELPERS:  # a SET clause would stop the planner inlining them
             assert config is None, name
+        elif name in ("job_lease", "job_lease_many"):  # one generic plan per statement
+            assert config == [f"search_path={pgstore_schema}, pg_temp",
+                              "plan_cache_mode=force_generic_plan"], name
         else:
             assert config == [f"search_path={pgstore_schema}, pg_temp"], name
 
@@ -421,7 +425,7 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
         ("11_schedule_functions.sql", "schedule_claim_due"),
         ("11_schedule_functions.sql", "schedule_renew"),
         ("11_schedule_functions.sql", "schedule_complete"),
-        ("21_job_functions.sql", "job_lease"),
+        ("21_job_functions.sql", "job_lease_take"),
     ],
 )
 def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, fn: str) -> None:
@@ -433,9 +437,11 @@ def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, 
     updates = code.count("UPDATE ") - code.count("FOR UPDATE")
     assert updates == 1 and code.count("RETURNING") == 1, fn
     assert "advisory" not in code and "BEGIN;" not in code, fn
-    # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (docs/contract.md);
-    # the schedule functions lock nothing but the row they update.
-    assert code.count("FOR UPDATE") == (1 if fn == "job_lease" else 0), fn
+    # job_lease's (job_lease_take's, from pgstore_0019) one UPDATE picks its rows in a
+    # subquery FOR UPDATE SKIP LOCKED, one for a single (queue, priority) group and one
+    # for several (docs/contract.md); the schedule functions lock nothing but the row
+    # they update.
+    assert code.count("FOR UPDATE") == (2 if fn == "job_lease_take" else 0), fn
 
 
 def test_job_schedule_notifies_job_channel_at_commit(
