@@ -31,18 +31,21 @@ CREATE TABLE jobs (
     payload      jsonb
 ) WITH (fillfactor = 70);
 
+-- The waiting jobs are split between two partial indexes, each job in exactly
+-- one: the default group (queue 'default', priority 0: every job of an app that
+-- uses neither queues nor priorities) by due order, as before pgstore_0019, and
+-- every other job by queue and priority. A lease that updates a job outside the
+-- page (not HOT) adds an entry to one of them only, so the common case costs
+-- what it cost before queues; and the lease reads each group in due order from
+-- an index that holds that group's jobs alone (never walking a paused queue's
+-- backlog). Readers of every waiting job read both (UNION ALL).
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
-    WHERE NOT dispatched AND NOT cancelled AND NOT failed;
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND queue = 'default' AND priority = 0;
 
--- What job_lease walks: the pending jobs of each queue, highest priority first,
--- then in due order. The lease probes each (queue, priority) group once (a loose
--- index scan) and reads the due head of each, so future-dated jobs of a higher
--- priority are never walked on the way to due jobs of a lower one. Its predicate
--- says "waiting" in another form than jobs_pending_by_dispatch_at's (the same
--- rows: the columns are NOT NULL), so that a query written in this form can use
--- only this index (see job_lease_take).
 CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, run_id)
-    WHERE (dispatched OR cancelled OR failed) IS NOT TRUE;
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND (queue <> 'default' OR priority <> 0);
 
 -- What job_purge walks: finished jobs only, oldest first. Leases never change
 -- finished_at, so they stay HOT.
@@ -60,8 +63,9 @@ COMMENT ON COLUMN jobs.lease_until IS
 COMMENT ON COLUMN jobs.worker_id IS
 'Set by job_mark_dispatched: the provider''s worker that carries out the job.';
 COMMENT ON INDEX jobs_pending_by_dispatch_at IS
-'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
-'with dispatched, cancelled and failed history.';
+'The lease path of the default group: the pending jobs in queue ''default'' at priority '
+'0 only, in lease order, so the lease cost does not grow with dispatched, cancelled and '
+'failed history (every other pending job: jobs_pending_by_queue).';
 COMMENT ON COLUMN jobs.lease_sequence IS
 'Bumped by every job_lease (to at least token_floor() and above job_fences.lease_sequence), '
 'so it grows with every lease of the job and never goes backwards, even across a '
@@ -92,9 +96,10 @@ COMMENT ON COLUMN jobs.failed IS
 'lease or by the job_lease (or job_lease_many) that finds that lease expired. A failed '
 'job is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
 COMMENT ON INDEX jobs_pending_by_queue IS
-'The lease path since pgstore_0019: pending jobs only, by queue, priority (highest '
-'first), dispatch_at and run_id. job_lease reads the due head of each (queue, priority) '
-'group, so its cost depends on the number of groups, not on the backlog.';
+'The lease path since pgstore_0019 of every pending job outside the default group '
+'(queue ''default'', priority 0: jobs_pending_by_dispatch_at), by queue, priority '
+'(highest first), dispatch_at and run_id. job_lease reads the due head of each (queue, '
+'priority) group, so its cost depends on the number of groups, not on the backlog.';
 COMMENT ON COLUMN jobs.queue IS
 'The job''s queue (''default'' unless job_schedule was given one): job_lease and '
 'job_lease_many lease from the queues their p_queues names (NULL: every queue).';

@@ -74,8 +74,8 @@ DECLARE
     v_now bigint;
 BEGIN
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
-    -- The waiting jobs' WHERE is the pending indexes' predicate: one read of the
-    -- jobs still waiting, never of the history.
+    -- Each half's WHERE is one pending index's predicate: one read of the jobs
+    -- still waiting, never of the history.
     RETURN QUERY
     WITH counts AS (
         SELECT j.queue,
@@ -84,8 +84,15 @@ BEGIN
                                   AND (j.lease_until IS NULL OR j.lease_until <= v_now))
                    AS due,
                count(*) FILTER (WHERE j.lease_until > v_now) AS leased
-          FROM jobs j
-         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+          FROM (SELECT d.queue, d.dispatch_at, d.lease_until
+                  FROM jobs d
+                 WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                   AND d.queue = 'default' AND d.priority = 0
+                UNION ALL
+                SELECT q.queue, q.dispatch_at, q.lease_until
+                  FROM jobs q
+                 WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                   AND (q.queue <> 'default' OR q.priority <> 0)) AS j
          GROUP BY j.queue)
     SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
            coalesce(c.leased, 0), coalesce(s.paused, false)

@@ -2,13 +2,15 @@
 
 The table is filled with 100,000 dispatched jobs, 5,000 jobs cancelled before
 dispatch and a handful of pending ones, then analysed. The lease statement is
-taken from the installed ``job_lease_take`` function itself (``pg_proc.prosrc``),
+taken from the installed ``job_lease`` and ``job_lease_take`` functions themselves (``pg_proc.prosrc``),
 so these tests follow the function if its body changes. They prove that:
 
 * its plan, both custom (literal values) and generic (``PREPARE`` with
   ``plan_cache_mode = force_generic_plan``, as a long-lived plpgsql session
-  ends up running it), scans the candidate subquery with the partial index
-  ``jobs_pending_by_queue`` and has no sequential scan of ``jobs``;
+  may end up running it), scans the candidate subquery with the partial index
+  of its group (``jobs_pending_by_dispatch_at`` for the default group, queue
+  ``'default'`` at priority 0; ``jobs_pending_by_queue`` for the others) and
+  has no sequential scan of ``jobs``;
 * the candidate subquery (``SELECT … FOR UPDATE SKIP LOCKED``), run for real,
   touches fewer than 50 shared buffers (a sequential scan, or a walk of a
   plain ``dispatch_at`` index through the history, touches hundreds to
@@ -36,7 +38,9 @@ from psycopg import sql
 
 from pgstore.testing import drop_schema, install_schema
 
-PENDING_INDEX = "jobs_pending_by_queue"
+PENDING_INDEX = "jobs_pending_by_dispatch_at"
+#: Where the jobs outside the default group wait.
+GROUP_INDEX = "jobs_pending_by_queue"
 DISPATCHED = 100_000
 CANCELLED = 5_000
 NOW = 200_000
@@ -117,21 +121,32 @@ def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connecti
 # -- the statement under test ---------------------------------------------------------
 
 
-def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The walk that picks and locks the rows to lease when the pending jobs form one
-    (queue, priority) group (as here: every job in ``'default'`` at priority 0), the
-    first ``ARRAY(SELECT … FOR UPDATE SKIP LOCKED)`` in the installed
-    ``job_lease_take``'s body (from pgstore_0019; job_lease and job_lease_many call it),
-    with the group's queue and priority as literals."""
+def lease_statement(conn: psycopg.Connection[Any], group: bool = False) -> str:
+    """The walk that picks and locks the row to lease. Of the default group (queue
+    ``'default'`` at priority 0, every job here): the scalar ``(SELECT … FOR UPDATE SKIP
+    LOCKED)`` in the installed ``job_lease``'s body, its common case. Of another group
+    (``group``): the second ``ARRAY(SELECT … SKIP LOCKED)`` in ``job_lease_take``'s body
+    (from pgstore_0019), the group's queue and priority as literals (``'q'``, 0)."""
+    if not group:
+        row = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid ="
+            " 'job_lease(text, bigint, bigint, text[])'::regprocedure"
+        ).fetchone()
+        assert row is not None
+        found = re.search(r"=\s*\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+                          re.S | re.I)
+        assert found, f"no `= (SELECT … SKIP LOCKED)` in job_lease's body:\n{row[0]}"
+        return found.group(1)
     row = conn.execute(
         "SELECT prosrc FROM pg_proc WHERE oid ="
         " 'job_lease_take(text, bigint, bigint, integer, text[])'::regprocedure"
     ).fetchone()
     assert row is not None
-    found = re.search(r"ARRAY\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
-                      re.S | re.I)
-    assert found, f"no `ARRAY(SELECT … SKIP LOCKED)` in job_lease_take's body:\n{row[0]}"
-    return found.group(1).replace("v_queues[1]", "'default'").replace("v_prios[1]", "0")
+    walks = re.findall(r"ARRAY\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+                       re.S | re.I)
+    assert len(walks) >= 2, f"no group walk in job_lease_take's body:\n{row[0]}"
+    return (str(walks[1]).replace("v_queues[1]", "'q'").replace("v_prios[1]", "0")
+            .replace("p_now", "v_now").replace("p_limit", "1"))
 
 
 def candidate_subquery(statement: str) -> str:
@@ -140,10 +155,10 @@ def candidate_subquery(statement: str) -> str:
     return statement
 
 
-# What job_lease_take's plpgsql variables hold when job_lease runs at NOW.
-VARIABLES: dict[str, Any] = {"p_now": NOW, "v_left": 1}
+# What job_lease's plpgsql variables hold when job_lease runs at NOW.
+VARIABLES: dict[str, Any] = {"v_now": NOW}
 #: Their types.
-TYPES = {"p_now": "bigint", "v_left": "integer"}
+TYPES = {"v_now": "bigint"}
 
 
 def with_literals(conn: psycopg.Connection[Any], text: str) -> str:
@@ -215,19 +230,22 @@ def shared_buffers(node: dict[str, Any]) -> int:
 # -- tests ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["default-group", "other-group"])
 @pytest.mark.parametrize("plan_kind", ["custom", "generic"])
 def test_lease_scans_the_pending_index_not_the_table(
-    conn: psycopg.Connection[Any], plan_kind: str
+    conn: psycopg.Connection[Any], plan_kind: str, group: bool
 ) -> None:
-    statement = lease_statement(conn)
+    statement = lease_statement(conn, group)
     if plan_kind == "custom":
         to_explain = with_literals(conn, statement)
     else:
         to_explain = prepare_generic(conn, "lease_generic", statement)
     plan = explain(conn, "COSTS true", to_explain)["Plan"]
 
+    index = GROUP_INDEX if group else PENDING_INDEX
     assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
-    assert uses_pending_index(plan), f"the lease walk does not use {PENDING_INDEX}:\n{plan}"
+    assert any(n.get("Index Name") == index for n in nodes(plan)), (
+        f"the lease walk does not use {index}:\n{plan}")
 
 
 @pytest.mark.parametrize("plan_kind", ["custom", "generic"])

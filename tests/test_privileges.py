@@ -159,14 +159,10 @@ def test_the_migration_creates_a_nologin_client_role(shop: tuple[str, Roles]) ->
         ).fetchall()
     # The helpers the API functions inline run as their caller, on the caller's pinned
     # path: a SET clause or SECURITY DEFINER would stop the planner inlining them.
-    # job_lease and job_lease_many keep one generic plan per statement, too.
-    generic = ["plan_cache_mode=force_generic_plan"]
     for name, secdef, config in definers:
         helper = name in INLINED_HELPERS
         assert secdef is (not helper), name
         pinned = [f"search_path={SCHEMA}, pg_temp"]
-        if name in ("job_lease", "job_lease_many"):
-            pinned += generic
         assert config == (None if helper else pinned), name
 
 

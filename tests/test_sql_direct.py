@@ -412,36 +412,39 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
         assert comment, f"{name} has no COMMENT ON FUNCTION"
         if name in INLINED_HELPERS:  # a SET clause would stop the planner inlining them
             assert config is None, name
-        elif name in ("job_lease", "job_lease_many"):  # one generic plan per statement
-            assert config == [f"search_path={pgstore_schema}, pg_temp",
-                              "plan_cache_mode=force_generic_plan"], name
         else:
             assert config == [f"search_path={pgstore_schema}, pg_temp"], name
 
 
 @pytest.mark.parametrize(
-    ("file", "fn"),
+    ("file", "fn", "updates", "locks"),
     [
-        ("11_schedule_functions.sql", "schedule_claim_due"),
-        ("11_schedule_functions.sql", "schedule_renew"),
-        ("11_schedule_functions.sql", "schedule_complete"),
-        ("21_job_functions.sql", "job_lease_take"),
+        ("11_schedule_functions.sql", "schedule_claim_due", 1, 0),
+        ("11_schedule_functions.sql", "schedule_renew", 1, 0),
+        ("11_schedule_functions.sql", "schedule_complete", 1, 0),
+        # From pgstore_0019 job_lease (and job_lease_many) run one UPDATE in the
+        # common case (every pending job in the default group) and otherwise call
+        # job_lease_take, which runs one of its two: one group, or several (a round).
+        ("21_job_functions.sql", "job_lease", 1, 1),
+        ("22_job_batches.sql", "job_lease_many", 1, 1),
+        ("21_job_functions.sql", "job_lease_take", 2, 3),
     ],
 )
-def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, fn: str) -> None:
+def test_claim_renew_complete_and_lease_are_single_update_statements(
+    file: str, fn: str, updates: int, locks: int
+) -> None:
     from pgstore.schema.files import sql_dir
 
     text = (sql_dir() / file).read_text()
     body = text.split(f"CREATE FUNCTION {fn}(")[1].split("$$")[1]
     code = "\n".join(line.split("--")[0] for line in body.splitlines())
-    updates = code.count("UPDATE ") - code.count("FOR UPDATE")
-    assert updates == 1 and code.count("RETURNING") == 1, fn
+    found = code.count("UPDATE ") - code.count("FOR UPDATE")
+    assert found == updates and code.count("RETURNING") == updates, fn
     assert "advisory" not in code and "BEGIN;" not in code, fn
-    # job_lease's (job_lease_take's, from pgstore_0019) one UPDATE picks its rows in a
-    # subquery FOR UPDATE SKIP LOCKED, one for a single (queue, priority) group and one
-    # for several (docs/contract.md); the schedule functions lock nothing but the row
-    # they update.
-    assert code.count("FOR UPDATE") == (2 if fn == "job_lease_take" else 0), fn
+    # Each lease UPDATE picks its rows in a subquery FOR UPDATE SKIP LOCKED: the
+    # default group's walk, another group's, or the merge of several (docs/contract.md);
+    # the schedule functions lock nothing but the row they update.
+    assert code.count("FOR UPDATE") == locks, fn
 
 
 def test_job_schedule_notifies_job_channel_at_commit(

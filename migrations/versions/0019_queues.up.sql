@@ -1,7 +1,7 @@
 -- pgstore 0019, upgrade: written by make revision from sql/; 0019_queues.py says what and why.
 
 -- Table changes first: the functions below use them. Adding a column with a
--- constant default rewrites no row (PostgreSQL 11 and later); the new index is
+-- constant default rewrites no row (PostgreSQL 11 and later); the new indexes are
 -- built in this transaction (writes to jobs wait for it: seconds at a million
 -- pending jobs).
 ALTER TABLE store_settings
@@ -17,13 +17,26 @@ ALTER TABLE jobs
     ADD COLUMN priority integer NOT NULL DEFAULT 0,
     ADD COLUMN payload jsonb;
 
+-- The waiting jobs split between two partial indexes, each job in exactly one
+-- (sql/20_jobs.sql says why): the default group's (queue 'default', priority 0)
+-- takes the name of the index of every pending job it replaces.
+DROP INDEX jobs_pending_by_dispatch_at;
+CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND queue = 'default' AND priority = 0;
 CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, run_id)
-    WHERE (dispatched OR cancelled OR failed) IS NOT TRUE;
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND (queue <> 'default' OR priority <> 0);
 
+COMMENT ON INDEX jobs_pending_by_dispatch_at IS
+'The lease path of the default group: the pending jobs in queue ''default'' at priority '
+'0 only, in lease order, so the lease cost does not grow with dispatched, cancelled and '
+'failed history (every other pending job: jobs_pending_by_queue).';
 COMMENT ON INDEX jobs_pending_by_queue IS
-'The lease path since pgstore_0019: pending jobs only, by queue, priority (highest '
-'first), dispatch_at and run_id. job_lease reads the due head of each (queue, priority) '
-'group, so its cost depends on the number of groups, not on the backlog.';
+'The lease path since pgstore_0019 of every pending job outside the default group '
+'(queue ''default'', priority 0: jobs_pending_by_dispatch_at), by queue, priority '
+'(highest first), dispatch_at and run_id. job_lease reads the due head of each (queue, '
+'priority) group, so its cost depends on the number of groups, not on the backlog.';
 COMMENT ON COLUMN jobs.queue IS
 'The job''s queue (''default'' unless job_schedule was given one): job_lease and '
 'job_lease_many lease from the queues their p_queues names (NULL: every queue).';
@@ -162,19 +175,24 @@ COMMENT ON FUNCTION job_schedule(text, bigint, integer, text, integer, jsonb) IS
 CREATE FUNCTION job_lease_groups(p_queues text[]) RETURNS TABLE (queue text, priority integer)
 LANGUAGE sql STABLE
 AS $$
-    -- A loose index scan of jobs_pending_by_queue: one probe per (queue,
-    -- priority) group, whatever the group holds. Every queue (p_queues NULL):
-    -- the first pair, then from each pair the next priority of its queue or
-    -- else the first pair of the next queue. Given queues: each one's
-    -- priorities (an ordered walk of "queue = ANY" would read every entry).
-    -- "Waiting" is written as jobs_pending_by_queue's predicate (see
-    -- job_lease_take).
+    -- The default group (queue 'default', priority 0) when it holds a pending
+    -- job (one probe of jobs_pending_by_dispatch_at), and the groups of
+    -- jobs_pending_by_queue by a loose index scan, backwards: one probe per
+    -- (queue, priority) group, whatever the group holds. Every queue (p_queues
+    -- NULL): the last pair, then from each pair the next higher priority of its
+    -- queue or else the last pair of the queue before. Given queues: each one's
+    -- priorities, from its lowest up (an ordered walk of "queue = ANY" would
+    -- read every entry). Backwards, because each probe then lands on a group's
+    -- newest entries: the entries of jobs dispatched since the last vacuum sit
+    -- at the oldest end of each group, where the lease walks. Each read states
+    -- its index's predicate, so that it can use that index and no other.
     WITH RECURSIVE pairs AS (
         (SELECT c.queue, c.priority
            FROM jobs c
-          WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
+          WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+            AND (c.queue <> 'default' OR c.priority <> 0)
             AND p_queues IS NULL
-          ORDER BY c.queue, c.priority DESC
+          ORDER BY c.queue DESC, c.priority
           LIMIT 1)
         UNION ALL
         SELECT n.queue, n.priority
@@ -182,16 +200,18 @@ AS $$
          CROSS JOIN LATERAL (
                (SELECT c.queue, c.priority
                   FROM jobs c
-                 WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
-                   AND c.queue = p.queue AND c.priority < p.priority
-                 ORDER BY c.priority DESC
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                   AND c.queue = p.queue AND c.priority > p.priority
+                 ORDER BY c.priority
                  LIMIT 1)
                UNION ALL
                (SELECT c.queue, c.priority
                   FROM jobs c
-                 WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
-                   AND c.queue > p.queue
-                 ORDER BY c.queue, c.priority DESC
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                   AND c.queue < p.queue
+                 ORDER BY c.queue DESC, c.priority
                  LIMIT 1)
                LIMIT 1) n
     ),
@@ -205,9 +225,10 @@ AS $$
                WITH RECURSIVE levels AS (
                    (SELECT c.queue, c.priority
                       FROM jobs c
-                     WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
+                     WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                       AND (c.queue <> 'default' OR c.priority <> 0)
                        AND c.queue = q.queue
-                     ORDER BY c.priority DESC
+                     ORDER BY c.priority
                      LIMIT 1)
                    UNION ALL
                    SELECT n.queue, n.priority
@@ -215,25 +236,41 @@ AS $$
                     CROSS JOIN LATERAL (
                           SELECT c.queue, c.priority
                             FROM jobs c
-                           WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
-                             AND c.queue = l.queue AND c.priority < l.priority
-                           ORDER BY c.priority DESC
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND (c.queue <> 'default' OR c.priority <> 0)
+                             AND c.queue = l.queue AND c.priority > l.priority
+                           ORDER BY c.priority
                            LIMIT 1) n
                )
                SELECT v.queue, v.priority FROM levels v) g
+    ),
+    dflt AS (
+        SELECT 'default'::text COLLATE "C" AS queue, 0 AS priority
+         WHERE (p_queues IS NULL OR 'default' = ANY (p_queues))
+           AND (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND c.queue = 'default' AND c.priority = 0
+                 ORDER BY c.dispatch_at DESC, c.run_id DESC
+                 LIMIT 1)
+    ),
+    every AS (
+        SELECT d.queue, d.priority FROM dflt d
+        UNION ALL
+        SELECT p.queue, p.priority FROM pairs p
+        UNION ALL
+        SELECT g.queue, g.priority FROM given g
     )
-    SELECT p.queue, p.priority FROM pairs p
-     WHERE NOT EXISTS (SELECT FROM queues s WHERE s.queue = p.queue AND s.paused)
-    UNION ALL
-    SELECT g.queue, g.priority FROM given g
-     WHERE NOT EXISTS (SELECT FROM queues s WHERE s.queue = g.queue AND s.paused)
+    SELECT e.queue, e.priority FROM every e
+     WHERE NOT EXISTS (SELECT FROM queues s WHERE s.queue = e.queue AND s.paused)
 $$;
 
 COMMENT ON FUNCTION job_lease_groups(text[]) IS
 'The (queue, priority) pairs that hold pending jobs, of the queues p_queues names '
-'(NULL: every queue) that are not paused (queues.paused): one index probe per pair (a '
-'loose scan of jobs_pending_by_queue), never a walk of a backlog, a paused queue''s '
-'included. What job_lease_take reads first.';
+'(NULL: every queue) that are not paused (queues.paused): one index probe per pair (the '
+'default group, queue ''default'' at priority 0, in jobs_pending_by_dispatch_at; the '
+'others by a loose scan of jobs_pending_by_queue, from its newest end), never a walk of '
+'a backlog, a paused queue''s included. What job_lease_take reads first.';
 
 CREATE FUNCTION job_lease_take(
     p_holder text, p_now bigint, p_until bigint, p_limit integer, p_queues text[]
@@ -241,44 +278,126 @@ CREATE FUNCTION job_lease_take(
 LANGUAGE plpgsql
 AS $$
 -- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
--- its pinned search_path), after they checked every argument.
+-- its pinned search_path), after they checked every argument, when some
+-- pending job is outside the default group or p_queues names queues.
 -- @plpgsql_check_options: performance_warnings = false
 DECLARE
     v_queues  text[];
     v_prios   integer[];
-    v_single  boolean;
+    v_default boolean;
     v_window  integer;
     v_left    integer := p_limit;
     v_more    boolean;
     v_rows    jobs[] := ARRAY[]::jobs[];
     v_round   jobs[];
 BEGIN
-    -- The (queue, priority) groups that hold pending jobs (one index probe each),
-    -- and of those the ones with a job leasable now (a probe of the group's due
-    -- head): a group whose jobs are all in the future, or all held, drops out
-    -- here, so the common case, one group with due jobs, takes the plain walk.
+    -- The (queue, priority) groups that hold pending jobs (one index probe each).
     SELECT array_agg(g.queue), array_agg(g.priority)
       INTO v_queues, v_prios
-      FROM job_lease_groups(p_queues) g
-     WHERE (SELECT true
-              FROM jobs c
-             WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
-               AND c.queue = g.queue AND c.priority = g.priority
-               AND c.dispatch_at <= p_now
-               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
-             ORDER BY c.dispatch_at, c.run_id
-             LIMIT 1);
+      FROM job_lease_groups(p_queues) g;
     IF v_queues IS NULL THEN
         RETURN;
     END IF;
-    v_single := cardinality(v_queues) = 1;  -- one group with jobs leasable now
-    -- Every read of a group below says "waiting" as jobs_pending_by_queue's
-    -- predicate does, "(dispatched OR cancelled OR failed) IS NOT TRUE", which
-    -- does not prove jobs_pending_by_dispatch_at's ("NOT dispatched AND ..."):
-    -- so the planner never walks that index (the same jobs, by dispatch_at)
-    -- through the due backlog of other, or paused, queues to find this one's
-    -- jobs, as it did, custom plan or generic, with the plain form (2,249
-    -- buffers against 45 with 100,000 due jobs in a paused queue).
+    -- Of several, the ones with a job leasable now (a probe of each group's due
+    -- head): a group whose jobs are all in the future, or all held, drops out.
+    -- One group alone is not probed: the walk below reads its due head anyway.
+    IF cardinality(v_queues) > 1 THEN
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM unnest(v_queues, v_prios) AS g(queue, priority)
+         WHERE CASE WHEN g.queue = 'default' AND g.priority = 0
+                    THEN (SELECT true
+                            FROM jobs c
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND c.queue = 'default' AND c.priority = 0
+                             AND c.dispatch_at <= p_now
+                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                           ORDER BY c.dispatch_at, c.run_id
+                           LIMIT 1)
+                    ELSE (SELECT true
+                            FROM jobs c
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND (c.queue <> 'default' OR c.priority <> 0)
+                             AND c.queue = g.queue AND c.priority = g.priority
+                             AND c.dispatch_at <= p_now
+                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                           ORDER BY c.dispatch_at, c.run_id
+                           LIMIT 1) END;
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    v_default := EXISTS (SELECT FROM unnest(v_queues, v_prios) AS g(queue, priority)
+                         WHERE g.queue = 'default' AND g.priority = 0);
+
+    -- Every read of a group below states the predicate of the index that holds
+    -- it, so it walks that index and no other (never a paused queue's backlog).
+    --
+    -- One group with jobs leasable now: its due head in lease order, locked as
+    -- it is walked, skipping rows concurrent leasers hold locked; the UPDATE
+    -- reaches them through the primary key. Only the branch the CASE takes runs
+    -- (InitPlans run when first read). job_fences and store_epoch are read by
+    -- this statement (InitPlans, once), never by an earlier one, and a job out
+    -- of attempts is failed by this UPDATE instead of leased (it counts against
+    -- p_limit and is left out of the answer).
+    IF cardinality(v_queues) = 1 THEN
+        RETURN QUERY
+        WITH leased AS (
+            UPDATE jobs j
+               SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                   lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
+                   lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                         THEN greatest(j.lease_sequence + 1,
+                                                       (SELECT token_floor_at(
+                                                                   (SELECT e.epoch
+                                                                      FROM store_epoch e))),
+                                                       (SELECT f.lease_sequence + 1
+                                                          FROM job_fences f))
+                                         ELSE j.lease_sequence END,
+                   attempts = CASE WHEN j.attempts < j.max_attempts
+                                   THEN j.attempts + 1 ELSE j.attempts END,
+                   failed = j.attempts >= j.max_attempts,
+                   finished_at = CASE WHEN j.attempts < j.max_attempts
+                                      THEN j.finished_at ELSE now_ms() END,
+                   last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                     ELSE format('out of attempts: leased %s times '
+                                                 '(max_attempts %s), the last lease '
+                                                 'expired without a release',
+                                                 j.attempts, j.max_attempts) END
+             WHERE j.run_id = ANY (CASE WHEN v_default THEN ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                          AND c.queue = 'default' AND c.priority = 0
+                          AND c.dispatch_at <= p_now
+                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                        ORDER BY c.dispatch_at, c.run_id
+                        LIMIT p_limit
+                          FOR UPDATE SKIP LOCKED)
+                   ELSE ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                          AND (c.queue <> 'default' OR c.priority <> 0)
+                          AND c.queue = v_queues[1] AND c.priority = v_prios[1]
+                          AND c.dispatch_at <= p_now
+                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                        ORDER BY c.dispatch_at, c.run_id
+                        LIMIT p_limit
+                          FOR UPDATE SKIP LOCKED) END)
+            RETURNING j.*)
+        SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+        RETURN;
+    END IF;
+
+    -- Several groups with jobs leasable now: the due head of each (tuple ids,
+    -- unlocked), then those tuples (one heap page each, no index descent) in
+    -- lease order, locked up to v_left: LockRows sits between the sort and the
+    -- limit, so it locks in order and no more than it returns, and rechecks
+    -- each row it locks in its newest version. The recheck is one opaque
+    -- condition (IS TRUE): bare, it would have the planner walk the queues'
+    -- whole due backlog in a pending index instead. job_lease's rules for each
+    -- job, as above.
     --
     -- Each group's due head is read p_limit + 16 deep, so 16 concurrent leasers
     -- find rows the others have not locked. A round that leases fewer than it
@@ -286,24 +405,20 @@ BEGIN
     -- leased are live leases by then, and skipped).
     v_window := p_limit + 16;
     LOOP
-        -- One UPDATE a round, which picks and locks its rows in a subquery:
-        -- * one group with jobs leasable now (say every pending job in one queue
-        --   at one priority, or the others not due yet): its due head in lease
-        --   order, locked as it is walked, skipping rows that concurrent leasers
-        --   hold locked (the walk before pgstore_0019);
-        -- * several: the due head of each group (heads: tuple ids, unlocked),
-        --   then those tuples (one heap page each, no index descent) in lease
-        --   order, locked up to v_left: LockRows sits between the sort and the
-        --   limit, so it locks in order and no more than it returns, and
-        --   rechecks each row it locks in its newest version. The recheck is one
-        --   opaque condition (IS TRUE): bare, it would have the planner walk
-        --   the queues' whole due backlog in the pending index instead.
-        -- Only the branch the CASE takes runs (InitPlans run when first read).
-        -- job_lease's rules for each job: job_fences and store_epoch are read
-        -- by this statement (InitPlans, once), never by an earlier one, and a
-        -- job out of attempts is failed by this UPDATE instead of leased (it
-        -- counts against p_limit and is left out of the answer).
         WITH heads AS MATERIALIZED (
+            SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+              FROM (SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
+                           count(*) OVER () AS n
+                      FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
+                              FROM jobs c
+                             WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                               AND c.queue = 'default' AND c.priority = 0
+                               AND c.dispatch_at <= p_now
+                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                             ORDER BY c.dispatch_at, c.run_id
+                             LIMIT v_window) x
+                     WHERE v_default) w
+            UNION ALL
             SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
               FROM unnest(v_queues, v_prios) AS g(queue, priority)
              CROSS JOIN LATERAL (
@@ -311,13 +426,14 @@ BEGIN
                           count(*) OVER () AS n
                      FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
                              FROM jobs c
-                            WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND (c.queue <> 'default' OR c.priority <> 0)
                               AND c.queue = g.queue AND c.priority = g.priority
                               AND c.dispatch_at <= p_now
                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
                             ORDER BY c.dispatch_at, c.run_id
                             LIMIT v_window) x) w
-             WHERE NOT v_single),
+             WHERE g.queue <> 'default' OR g.priority <> 0),
         -- A head cut short (v_window rows read) may hide rows that come before
         -- another group's in lease order: only the rows up to the earliest last
         -- row of a cut head are merged, so a lease never skips an unlocked row
@@ -352,17 +468,7 @@ BEGIN
                                                  '(max_attempts %s), the last lease '
                                                  'expired without a release',
                                                  j.attempts, j.max_attempts) END
-             WHERE j.run_id = ANY (CASE WHEN v_single THEN ARRAY(
-                       SELECT c.run_id
-                         FROM jobs c
-                        WHERE (c.dispatched OR c.cancelled OR c.failed) IS NOT TRUE
-                          AND c.queue = v_queues[1] AND c.priority = v_prios[1]
-                          AND c.dispatch_at <= p_now
-                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
-                        ORDER BY c.dispatch_at, c.run_id
-                        LIMIT v_left
-                          FOR UPDATE SKIP LOCKED)
-                   ELSE ARRAY(
+             WHERE j.run_id = ANY (ARRAY(
                        SELECT c.run_id
                          FROM jobs c
                         WHERE c.ctid = ANY (ARRAY(SELECT f.tid FROM safe f))
@@ -374,7 +480,7 @@ BEGIN
                               IS TRUE
                         ORDER BY c.priority DESC, c.dispatch_at, c.run_id
                         LIMIT v_left
-                          FOR UPDATE SKIP LOCKED) END)
+                          FOR UPDATE SKIP LOCKED))
             RETURNING j AS job)
         SELECT coalesce(array_agg(l.job), ARRAY[]::jobs[]),
                coalesce((SELECT bool_or(h.n >= v_window) FROM heads h), false)
@@ -395,12 +501,14 @@ END
 $$;
 
 COMMENT ON FUNCTION job_lease_take(text, bigint, bigint, integer, text[]) IS
-'The lease of job_lease and job_lease_many (which check the arguments first): leases '
-'to p_holder until p_until up to p_limit due jobs of the queues p_queues names (NULL: '
-'every queue), highest priority first, then earliest dispatch_at, then run_id, and '
-'returns them in that order; a job out of attempts is failed instead, counted against '
-'p_limit and left out. One UPDATE a round: a second round only when concurrent '
-'leasers held every row of a due head it read.';
+'The lease of job_lease and job_lease_many (which check the arguments first) when some '
+'pending job is outside the default group (queue ''default'', priority 0) or p_queues '
+'names queues: leases to p_holder until p_until up to p_limit due jobs of the queues '
+'p_queues names (NULL: every queue), highest priority first, then earliest dispatch_at, '
+'then run_id, and returns them in that order; a job out of attempts is failed instead, '
+'counted against p_limit and left out. With one (queue, priority) group leasable now, '
+'one UPDATE that walks its due head; with several, one UPDATE a round: a second round '
+'only when concurrent leasers held every row of a due head it read.';
 
 DROP FUNCTION job_lease(text, bigint, bigint);
 
@@ -410,15 +518,12 @@ CREATE FUNCTION job_lease(
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
--- plan_cache_mode: the statements of job_lease_take keep one generic plan
--- each (every read of a group is written so that only jobs_pending_by_queue
--- serves it, whatever the values), instead of planning again at each call
--- while the custom plans look cheaper (about 0.5 ms a call at 1,000,000 rows).
+    v_others boolean;
+    v_paused boolean;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -427,12 +532,71 @@ BEGIN
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- job_lease_take: the due head of each (queue, priority) group, then one
-    -- UPDATE that leases the first unlocked row (or fails it when it is out of
-    -- attempts: the call then answers no row, and the next call leases the next
-    -- job). job_fences is read in that UPDATE, with its snapshot: a row visible
-    -- to it was scheduled after any purge or remove of its run_id that the mark
-    -- must cover. token_floor() is read once, by an InitPlan.
+    -- The common case, p_queues NULL and every pending job in the default group
+    -- (queue 'default', priority 0: an app that uses neither queues nor
+    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
+    -- it empty): the lease of pgstore_0018, over the default group's index. The
+    -- scalar subquery is an InitPlan: it runs once, walks the index in lease
+    -- order and locks one row, skipping rows that concurrent leasers hold
+    -- locked; the UPDATE reaches it through the primary key. job_fences is read
+    -- by this statement, with its snapshot (a row visible to it was scheduled
+    -- after any purge or remove of its run_id that the mark must cover), and
+    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
+    -- A job out of attempts (its last lease expired without a release) is
+    -- failed instead, by the same UPDATE, and not returned. Else, or when
+    -- p_queues names queues: job_lease_take.
+    IF p_queues IS NULL THEN
+        SELECT (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                 ORDER BY c.queue DESC, c.priority
+                 LIMIT 1),
+               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
+          INTO v_others, v_paused;
+        IF v_others IS NULL THEN
+            IF v_paused THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH leased AS (
+                UPDATE jobs j
+                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                             THEN greatest(j.lease_sequence + 1,
+                                                           (SELECT token_floor_at(
+                                                                       (SELECT e.epoch
+                                                                          FROM store_epoch e))),
+                                                           (SELECT f.lease_sequence + 1
+                                                              FROM job_fences f))
+                                             ELSE j.lease_sequence END,
+                       attempts = CASE WHEN j.attempts < j.max_attempts
+                                       THEN j.attempts + 1 ELSE j.attempts END,
+                       failed = j.attempts >= j.max_attempts,
+                       finished_at = CASE WHEN j.attempts < j.max_attempts
+                                          THEN j.finished_at ELSE now_ms() END,
+                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                         ELSE format('out of attempts: leased %s times '
+                                                     '(max_attempts %s), the last lease '
+                                                     'expired without a release',
+                                                     j.attempts, j.max_attempts) END
+                 WHERE j.run_id = (
+                           SELECT c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND c.queue = 'default' AND c.priority = 0
+                              AND c.dispatch_at <= v_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT 1
+                              FOR UPDATE SKIP LOCKED)
+                RETURNING j.*)
+            SELECT l.* FROM leased l WHERE NOT l.failed;
+            RETURN;
+        END IF;
+    END IF;
+
     RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1, p_queues);
 END
 $$;
@@ -540,15 +704,12 @@ CREATE FUNCTION job_lease_many(
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
-SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
--- plan_cache_mode: the statements of job_lease_take keep one generic plan
--- each (every read of a group is written so that only jobs_pending_by_queue
--- serves it, whatever the values), instead of planning again at each call
--- while the custom plans look cheaper (about 0.5 ms a call at 1,000,000 rows).
+    v_others boolean;
+    v_paused boolean;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -561,14 +722,77 @@ BEGIN
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- job_lease's walk with p_limit (job_lease_take): the due head of each
-    -- (queue, priority) group, locked in lease order up to p_limit rows,
-    -- skipping rows concurrent leasers hold locked; the UPDATE reaches them
-    -- through the primary key. token_floor() and job_fences are read once, by
-    -- InitPlans of that UPDATE (one value is right for the whole batch: a
-    -- primary writes on one timeline for as long as it runs, check_primary()
-    -- above has refused a standby). A job out of attempts is failed instead of
-    -- leased and left out of the answer, so it may hold fewer than p_limit rows.
+    -- token_floor() once per call, not once per row: inlined in a scalar
+    -- subquery, an InitPlan (bare in the SET list it read the WAL position for
+    -- every job). One value is right for the whole batch: a primary writes on
+    -- one timeline for as long as it runs, check_primary() above has refused
+    -- a standby, and store_epoch is read in the statement's snapshot.
+    --
+    -- The common case, p_queues NULL and every pending job in the default group
+    -- (queue 'default', priority 0: an app that uses neither queues nor
+    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
+    -- it empty): the lease of pgstore_0018, over the default group's index. The
+    -- ARRAY() subquery is an InitPlan: it runs once, walks the index in lease
+    -- order and locks up to p_limit rows, skipping rows that concurrent leasers hold
+    -- locked; the UPDATE reaches them through the primary key. job_fences is read
+    -- by this statement, with its snapshot (a row visible to it was scheduled
+    -- after any purge or remove of its run_id that the mark must cover), and
+    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
+    -- A job out of attempts (its last lease expired without a release) is
+    -- failed instead, by the same UPDATE, and not returned. Else, or when
+    -- p_queues names queues: job_lease_take.
+    IF p_queues IS NULL THEN
+        SELECT (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                 ORDER BY c.queue DESC, c.priority
+                 LIMIT 1),
+               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
+          INTO v_others, v_paused;
+        IF v_others IS NULL THEN
+            IF v_paused THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH leased AS (
+                UPDATE jobs j
+                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                             THEN greatest(j.lease_sequence + 1,
+                                                           (SELECT token_floor_at(
+                                                                       (SELECT e.epoch
+                                                                          FROM store_epoch e))),
+                                                           (SELECT f.lease_sequence + 1
+                                                              FROM job_fences f))
+                                             ELSE j.lease_sequence END,
+                       attempts = CASE WHEN j.attempts < j.max_attempts
+                                       THEN j.attempts + 1 ELSE j.attempts END,
+                       failed = j.attempts >= j.max_attempts,
+                       finished_at = CASE WHEN j.attempts < j.max_attempts
+                                          THEN j.finished_at ELSE now_ms() END,
+                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                         ELSE format('out of attempts: leased %s times '
+                                                     '(max_attempts %s), the last lease '
+                                                     'expired without a release',
+                                                     j.attempts, j.max_attempts) END
+                 WHERE j.run_id = ANY (ARRAY(
+                           SELECT c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND c.queue = 'default' AND c.priority = 0
+                              AND c.dispatch_at <= v_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT p_limit
+                              FOR UPDATE SKIP LOCKED))
+                RETURNING j.*)
+            SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+            RETURN;
+        END IF;
+    END IF;
+
     RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit, p_queues);
 END
 $$;
@@ -653,8 +877,8 @@ DECLARE
     v_now bigint;
 BEGIN
     v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
-    -- The waiting jobs' WHERE is the pending indexes' predicate: one read of the
-    -- jobs still waiting, never of the history.
+    -- Each half's WHERE is one pending index's predicate: one read of the jobs
+    -- still waiting, never of the history.
     RETURN QUERY
     WITH counts AS (
         SELECT j.queue,
@@ -663,8 +887,15 @@ BEGIN
                                   AND (j.lease_until IS NULL OR j.lease_until <= v_now))
                    AS due,
                count(*) FILTER (WHERE j.lease_until > v_now) AS leased
-          FROM jobs j
-         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+          FROM (SELECT d.queue, d.dispatch_at, d.lease_until
+                  FROM jobs d
+                 WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                   AND d.queue = 'default' AND d.priority = 0
+                UNION ALL
+                SELECT q.queue, q.dispatch_at, q.lease_until
+                  FROM jobs q
+                 WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                   AND (q.queue <> 'default' OR q.priority <> 0)) AS j
          GROUP BY j.queue)
     SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
            coalesce(c.leased, 0), coalesce(s.paused, false)
@@ -680,6 +911,150 @@ COMMENT ON FUNCTION queue_list(bigint) IS
 'meaning now_ms(), and not held by a live lease: what a lease could take), leased (held '
 'by a live lease at p_now) and paused. Reads every waiting job, never the history. '
 '22023: p_now past store_settings.max_clock_skew_ms.';
+
+CREATE OR REPLACE FUNCTION store_stats(p_now bigint DEFAULT NULL)
+RETURNS TABLE (
+    now                     bigint,
+    schedules               bigint,
+    schedules_due           bigint,
+    schedules_leased        bigint,
+    schedules_done          bigint,
+    oldest_due_schedule_id  text,
+    oldest_due_schedule_since bigint,
+    jobs_pending            bigint,
+    jobs_due                bigint,
+    jobs_due_expired_lease  bigint,
+    jobs_leased             bigint,
+    jobs_dispatched         bigint,
+    jobs_recalled           bigint,
+    jobs_cancelled          bigint,
+    jobs_failed             bigint,
+    oldest_due_job_id       text,
+    oldest_due_job_at       bigint
+)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now  bigint;
+    v_upto bigint;
+BEGIN
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- VOLATILE: on a primary it first moves job_history forward (a separate
+    -- statement that never waits); the gauges below are one statement, so one
+    -- snapshot, which sees that move.
+    PERFORM job_history_advance();
+    -- upto only grows, so this earlier reading is a lower bound of the one the
+    -- statement below reads: a known value, which lets the planner walk the
+    -- finished jobs' index for the jobs finished since (the statement's own
+    -- reading, a subquery, is known only when it runs).
+    v_upto := (SELECT k.upto FROM job_history k);
+    -- The waiting jobs' WHERE is the partial index's predicate, so that part and
+    -- the oldest due job read only the jobs still waiting (the same walk
+    -- job_lease makes). The history counts read job_history, the jobs finished
+    -- since its upto (the finished jobs' index) and the recalled and failed
+    -- jobs' partial index: every finished job is exactly one of dispatched
+    -- and not cancelled, recalled, cancelled (not dispatched) or failed (neither),
+    -- so cancelled is the rest. A schedule is due and unclaimed from the later of
+    -- next_run_at and an expired lease's end.
+    RETURN QUERY
+    SELECT v_now,
+           s.total, s.due, s.leased, s.done, os.id, os.since,
+           w.pending, w.due, w.due_expired, w.leased,
+           f.dispatched_only + r.recalled, r.recalled,
+           f.finished - f.dispatched_only - r.recalled - r.failed, r.failed,
+           oj.run_id, oj.dispatch_at
+      FROM (SELECT count(*) AS total,
+                   count(*) FILTER (WHERE sc.next_run_at <= v_now
+                                      AND (sc.lease_until IS NULL OR sc.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE sc.lease_until > v_now) AS leased,
+                   count(*) FILTER (WHERE sc.next_run_at IS NULL) AS done
+              FROM schedules sc) AS s
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatch_at > v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS pending,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now
+                                      AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                     AS due,
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND j.lease_until <= v_now)
+                     AS due_expired,
+                   count(*) FILTER (WHERE j.lease_until > v_now) AS leased
+              FROM (SELECT d.dispatch_at, d.lease_until
+                      FROM jobs d
+                     WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                       AND d.queue = 'default' AND d.priority = 0
+                    UNION ALL
+                    SELECT q.dispatch_at, q.lease_until
+                      FROM jobs q
+                     WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                       AND (q.queue <> 'default' OR q.priority <> 0)) AS j) AS w
+     CROSS JOIN
+           (SELECT k.finished + d.finished AS finished,
+                   k.dispatched + d.dispatched AS dispatched_only
+              FROM job_history k
+             CROSS JOIN
+                   (SELECT count(*) AS finished,
+                           count(*) FILTER (WHERE j.dispatched AND NOT j.cancelled)
+                             AS dispatched
+                      FROM jobs j
+                     WHERE j.finished_at IS NOT NULL
+                       AND j.finished_at >= v_upto
+                       AND j.finished_at >= (SELECT k2.upto FROM job_history k2)) AS d) AS f
+     CROSS JOIN
+           (SELECT count(*) FILTER (WHERE j.dispatched) AS recalled,
+                   count(*) FILTER (WHERE NOT j.dispatched) AS failed
+              FROM jobs j
+             WHERE (j.dispatched AND j.cancelled)
+                OR (j.failed AND NOT j.cancelled AND NOT j.dispatched)) AS r
+      LEFT JOIN LATERAL
+           (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
+              FROM schedules sc
+             WHERE sc.next_run_at <= v_now
+               AND (sc.lease_until IS NULL OR sc.lease_until <= v_now)
+             ORDER BY greatest(sc.next_run_at, sc.lease_until), sc.id
+             LIMIT 1) AS os ON true
+      LEFT JOIN LATERAL
+           (SELECT o.run_id, o.dispatch_at
+              FROM ((SELECT j.run_id, j.dispatch_at
+                       FROM jobs j
+                      WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+                        AND j.queue = 'default' AND j.priority = 0
+                        AND j.dispatch_at <= v_now
+                        AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                      ORDER BY j.dispatch_at, j.run_id
+                      LIMIT 1)
+                    UNION ALL
+                    (SELECT j.run_id, j.dispatch_at
+                       FROM jobs j
+                      WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+                        AND (j.queue <> 'default' OR j.priority <> 0)
+                        AND j.dispatch_at <= v_now
+                        AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                      ORDER BY j.dispatch_at, j.run_id
+                      LIMIT 1)) AS o
+             ORDER BY o.dispatch_at, o.run_id
+             LIMIT 1) AS oj ON true;
+END
+$$;
+
+COMMENT ON FUNCTION store_stats(bigint) IS
+'One row of gauges at p_now (NULL: now_ms()), from one snapshot. Schedules: how many, '
+'how many due and unclaimed (next_run_at <= now, no live lease), under a live lease, '
+'one-shots done (tombstones), and the one claimable longest (its id, and since when: the '
+'later of next_run_at and an expired lease''s end). Jobs, each in exactly one state: '
+'pending (waiting, not due, no live lease), due (waiting, due, no live lease: what '
+'job_lease would take; jobs_due_expired_lease of them after an expired lease), leased '
+'(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
+'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
+'due job (its run_id and dispatch_at). '
+'The waiting counts read the two pending indexes; the history counts read job_history, the '
+'jobs finished since its upto and the small index of recalled and failed jobs, never '
+'the rest of the history (the schedules are scanned). On a primary, under READ '
+'COMMITTED and not read-only, it first moves job_history forward '
+'(job_history_advance): VOLATILE, and it may write that one row.';
 
 DROP FUNCTION job_list(text, bigint, integer);
 
@@ -723,9 +1098,17 @@ BEGIN
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
                j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
                count(*) OVER ()
-          FROM jobs j
-         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
-           AND j.dispatch_at <= v_now
+          FROM (SELECT d.*
+                  FROM jobs d
+                 WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                   AND d.queue = 'default' AND d.priority = 0
+                   AND d.dispatch_at <= v_now
+                UNION ALL
+                SELECT q.*
+                  FROM jobs q
+                 WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                   AND (q.queue <> 'default' OR q.priority <> 0)
+                   AND q.dispatch_at <= v_now) AS j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSIF p_filter = 'dispatched' THEN

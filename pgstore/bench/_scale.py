@@ -296,7 +296,7 @@ def lease_statement(conn: Conn, s: str, now: int = NOW) -> str:
     from pgstore.bench.plan_1m import lease_statement as installed
 
     conn.execute(f"SET LOCAL search_path = {s}".encode())
-    values = {"p_now": str(now), "v_left": "1"}
+    values = {"v_now": str(now)}
     return VARIABLE.sub(lambda m: values[m.group(0)], installed(conn))
 
 

@@ -29,25 +29,24 @@ DISPATCHED = 1_000_000
 DUE = 1_000
 NOW = 2_000_000
 TTL = 30_000
-VARIABLES: dict[str, Any] = {"p_now": NOW, "v_left": 1}
+VARIABLES: dict[str, Any] = {"v_now": NOW}
 VARIABLE = re.compile(r"\b[pv]_\w+\b")
 
 
 def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The walk that picks and locks the jobs to lease when the pending jobs form one
-    (queue, priority) group: the first ``ARRAY(SELECT … FOR UPDATE SKIP LOCKED)`` in the
-    installed ``job_lease_take`` (from pgstore_0019; job_lease and job_lease_many call
-    it), the group's queue and priority as literals (``'default'``, 0)."""
+    """The walk that picks and locks the job to lease in the common case, every pending
+    job in the default group (queue ``'default'`` at priority 0): the scalar ``(SELECT …
+    FOR UPDATE SKIP LOCKED)`` in the installed ``job_lease``'s body (from pgstore_0019)."""
     row = conn.execute(
         "SELECT prosrc FROM pg_proc WHERE oid ="
-        " 'job_lease_take(text, bigint, bigint, integer, text[])'::regprocedure"
+        " 'job_lease(text, bigint, bigint, text[])'::regprocedure"
     ).fetchone()
     assert row is not None
-    found = re.search(r"ARRAY\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+    found = re.search(r"=\s*\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
                       re.S | re.I)
     if not found:
-        raise SystemExit(f"no `ARRAY(SELECT … SKIP LOCKED)` in job_lease_take:\n{row[0]}")
-    return found.group(1).replace("v_queues[1]", "'default'").replace("v_prios[1]", "0")
+        raise SystemExit(f"no `= (SELECT … SKIP LOCKED)` in job_lease:\n{row[0]}")
+    return found.group(1)
 
 
 def fill(conn: psycopg.Connection[Any]) -> None:
@@ -92,11 +91,11 @@ def main() -> None:
             )
             sizes = conn.execute(
                 "SELECT pg_size_pretty(pg_relation_size('jobs')),"
-                " pg_size_pretty(pg_relation_size('jobs_pending_by_queue'))"
+                " pg_size_pretty(pg_relation_size('jobs_pending_by_dispatch_at'))"
             ).fetchone()
             conn.rollback()
             assert sizes is not None
-            print(f"jobs heap {sizes[0]}, jobs_pending_by_queue {sizes[1]}")
+            print(f"jobs heap {sizes[0]}, jobs_pending_by_dispatch_at {sizes[1]}")
 
             statement = lease_statement(conn)
             conn.rollback()
