@@ -250,3 +250,36 @@ def test_bad_queue_controls_are_refused_and_change_nothing(
     with pytest.raises(InvalidArgument, match="queue"):
         s.resume_queue(queue)
     assert jobs.state() == before and s.list_queues(NOW) == listed
+
+
+def test_pausing_the_default_queue_stops_the_plain_lease(jobs: JobStoreUnderTest) -> None:
+    # Every job in the default group: job_lease and job_lease_many take their common
+    # path (pgstore_0018's statement), which must honour a pause of 'default' too.
+    s = jobs.store
+    for i in range(3):
+        s.schedule(f"d{i}", i + 1)
+    assert s.pause_queue("default") is True
+    assert s.lease("h", NOW, TTL) is None
+    assert s.lease_many("h", NOW, TTL, 5) == []
+    assert s.lease("h", NOW, TTL, queues=["default"]) is None
+    assert s.resume_queue("default") is True
+    assert [j.run_id for j in s.lease_many("h", NOW, TTL, 2)] == ["d0", "d1"]
+    assert _leased_ids(jobs) == ["d2"]
+
+
+def test_a_job_moved_in_and_out_of_the_default_group_is_leased_once_in_order(
+    jobs: JobStoreUnderTest,
+) -> None:
+    # In PostgreSQL the default group (queue 'default', priority 0) and every other job
+    # wait in two indexes: a re-schedule that changes queue or priority moves the job
+    # between them, and the lease order holds across both.
+    s = jobs.store
+    s.schedule("a", 1)
+    s.schedule("b", 2)
+    s.schedule("c", 3)
+    s.schedule("b", 2, priority=5)  # out of the default group
+    s.schedule("c", 3, queue="other")  # out, to another queue
+    s.schedule("c", 3, queue="default")  # and back (priority kept: 0)
+    assert [(j.run_id, j.queue, j.priority) for j in s.lease_many("h", NOW, TTL, 10)] == [
+        ("b", "default", 5), ("a", "default", 0), ("c", "default", 0)]
+    assert s.lease("h", NOW, TTL) is None
