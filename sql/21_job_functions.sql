@@ -261,9 +261,18 @@ DECLARE
     v_round   jobs[];
 BEGIN
     -- The (queue, priority) groups that hold pending jobs (one index probe each).
-    SELECT array_agg(g.queue), array_agg(g.priority)
-      INTO v_queues, v_prios
-      FROM job_lease_groups(p_queues) g;
+    -- Every queue: a statement with no parameter (job_lease_groups is inlined, its
+    -- NULL folded), so its plan is made once per session, not at each call (about
+    -- 3 ms: seven reads of jobs, each weighing five indexes).
+    IF p_queues IS NULL THEN
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM job_lease_groups(NULL) g;
+    ELSE
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM job_lease_groups(p_queues) g;
+    END IF;
     IF v_queues IS NULL THEN
         RETURN;
     END IF;
