@@ -9,6 +9,7 @@ functions. The value rules (``name``, ``positive``, ``present``, ``one_of``,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -166,6 +167,67 @@ def same_length(param: str, value: object, length: int) -> list[object]:
     """A batch's companion array: a list of exactly ``length`` elements (check_same_length)."""
     if not isinstance(value, (list, tuple)) or len(value) != length:
         raise InvalidArgument(f"{param} must be a one-dimensional array as long as run_ids")
+    return list(value)
+
+
+INTEGER_MIN = -(2**31)
+
+
+def priority(param: str, value: object) -> int | None:
+    """None (the default, or keep) or an int within SQL's integer (out of it: 22003)."""
+    integer(param, value, maximum=INTEGER_MAX)
+    if isinstance(value, int) and value < INTEGER_MIN:
+        raise InvalidArgument(f"{param} is out of range", sqlstate="22003")
+    assert value is None or isinstance(value, int)
+    return value
+
+
+def payload(param: str, value: object) -> str | None:
+    """A job's payload as the JSON text sent to PostgreSQL (``jsonb``), or None: none.
+    Anything ``json.dumps`` encodes, without NaN or infinities and without a NUL
+    character (jsonb stores neither)."""
+    if value is None:
+        return None
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgument(f"{param} must be a JSON value: {error}") from None
+    if "\\u0000" in encoded and _holds_nul(value):
+        raise InvalidArgument(f"{param} must not contain NUL characters")
+    text(param, encoded)
+    return encoded
+
+
+def _holds_nul(value: object) -> bool:
+    """A NUL character in any string or key of a decoded JSON value."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
+def payload_size(param: str, encoded: str | None, maximum: int) -> None:
+    """At most ``maximum`` bytes of UTF-8 JSON text (store_settings.max_payload_bytes)."""
+    if encoded is not None and len(encoded.encode("utf-8")) > maximum:
+        raise InvalidArgument(
+            f"{param} must be at most {maximum} bytes as JSON text"
+            " (store_settings.max_payload_bytes)")
+
+
+def queues(param: str, value: object) -> list[str] | None:
+    """None (every queue) or a non-empty list of at most 1024 queue names (check_queues)."""
+    text_list(param, value)
+    if value is None:
+        return None
+    assert isinstance(value, (list, tuple))
+    if (not value or len(value) > 1024
+            or any(not isinstance(q, str) or q == "" or len(q) > NAME_MAX_CHARS for q in value)):
+        raise InvalidArgument(
+            f"{param} must be NULL (every queue) or a one-dimensional, non-empty array of at"
+            " most 1024 non-empty strings of at most 1024 characters")
     return list(value)
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = [
     "CATCH_UPS",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_QUEUE",
     "ERROR_MAX_CHARS",
     "LAST_STATUSES",
     "MAX_JITTER_MS",
@@ -26,6 +28,7 @@ __all__ = [
     "JobState",
     "LastStatus",
     "MarkResult",
+    "QueueInfo",
     "RetryResult",
     "ScheduleKind",
     "ScheduleRecord",
@@ -65,6 +68,11 @@ def jitter_due_at(id: str, next_run_at: int | None, jitter_ms: int) -> int | Non
     return _BIGINT_MAX if next_run_at > _BIGINT_MAX - offset else next_run_at + offset
 
 DEFAULT_MAX_ATTEMPTS = 25
+#: The queue of a job scheduled without one.
+DEFAULT_QUEUE = "default"
+#: The largest payload, in bytes of its JSON text, unless the owner changes
+#: ``store_settings.max_payload_bytes`` (64 KiB).
+DEFAULT_MAX_PAYLOAD_BYTES = 65536
 """How many leases a job scheduled without ``max_attempts`` may have: the store default
 (``store_settings.default_max_attempts`` in PostgreSQL, which the owner may change)."""
 ERROR_MAX_CHARS = 4096
@@ -156,6 +164,12 @@ class Job:
     removed and scheduled again: every lease is numbered above the sequences of
     every deleted job.
 
+    ``queue`` (``"default"`` unless scheduled with one), ``priority`` (higher is leased
+    first among due jobs, then earliest ``dispatch_at``, then ``run_id``; 0) and
+    ``payload`` (any JSON value the job was scheduled with, decoded; None: none) are
+    what ``schedule`` gave; a ``schedule`` of an existing run_id replaces each only
+    when given (not None).
+
     ``finished_at`` is when the job finished (dispatched, cancelled or failed: the
     store's clock, epoch ms), once; None while it waits (``retry`` clears it). What
     ``purge`` compares with its ``before``. Left out of ``==``: a clock reading, on
@@ -175,6 +189,9 @@ class Job:
     last_error: str | None = None
     failed: bool = False
     finished_at: int | None = field(default=None, compare=False)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    payload: Any = None
 
     @property
     def state(self) -> JobState:
@@ -303,3 +320,17 @@ class JobPage:
 
     jobs: list[Job]
     matching: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as ``list_queues`` answers it (SQL ``queue_list``): its jobs waiting
+    (``depth``: not dispatched, cancelled or failed), of those the ``due`` ones no live
+    lease holds (what a lease could take), those ``leased`` (a live lease), and whether
+    it is ``paused`` (``pause_queue``: none of its jobs are leased)."""
+
+    queue: str
+    depth: int
+    due: int
+    leased: int
+    paused: bool

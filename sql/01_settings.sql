@@ -11,7 +11,8 @@ CREATE TABLE store_settings (
     singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     max_clock_skew_ms bigint CHECK (max_clock_skew_ms >= 0),
     default_max_attempts integer NOT NULL DEFAULT 25 CHECK (default_max_attempts > 0),
-    max_lease_ms      bigint CHECK (max_lease_ms > 0)
+    max_lease_ms      bigint CHECK (max_lease_ms > 0),
+    max_payload_bytes integer NOT NULL DEFAULT 65536 CHECK (max_payload_bytes > 0)
 );
 
 INSERT INTO store_settings DEFAULT VALUES;
@@ -34,6 +35,11 @@ COMMENT ON COLUMN store_settings.max_lease_ms IS
 'job_renew_many, and p_lease_until - now_ms() of schedule_renew (a past '
 'p_lease_until is allowed). Longer: 22023 naming the parameter, nothing changes. '
 'NULL (the default): 86400000 (one day) while max_clock_skew_ms is set, else no bound.';
+
+COMMENT ON COLUMN store_settings.max_payload_bytes IS
+'The largest job payload job_schedule and job_schedule_many accept, in bytes of its '
+'JSON text (64 KiB unless the owner changes it). Larger: 22023 naming payload '
+'(payloads), nothing changes. Applies to payloads written after a change.';
 
 CREATE FUNCTION check_now(p_now bigint) RETURNS bigint
 LANGUAGE plpgsql

@@ -25,11 +25,27 @@ CREATE TABLE jobs (
     attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     max_attempts integer NOT NULL DEFAULT 25 CHECK (max_attempts > 0),
     last_error   text,
-    failed       boolean NOT NULL DEFAULT false
+    failed       boolean NOT NULL DEFAULT false,
+    queue        text COLLATE "C" NOT NULL DEFAULT 'default',
+    priority     integer NOT NULL DEFAULT 0,
+    payload      jsonb
 ) WITH (fillfactor = 70);
 
+-- The waiting jobs are split between two partial indexes, each job in exactly
+-- one: the default group (queue 'default', priority 0: every job of an app that
+-- uses neither queues nor priorities) by due order, as before pgstore_0019, and
+-- every other job by queue and priority. A lease that updates a job outside the
+-- page (not HOT) adds an entry to one of them only, so the common case costs
+-- what it cost before queues; and the lease reads each group in due order from
+-- an index that holds that group's jobs alone (never walking a paused queue's
+-- backlog). Readers of every waiting job read both (UNION ALL).
 CREATE INDEX jobs_pending_by_dispatch_at ON jobs (dispatch_at, run_id)
-    WHERE NOT dispatched AND NOT cancelled AND NOT failed;
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND queue = 'default' AND priority = 0;
+
+CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, run_id)
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND (queue <> 'default' OR priority <> 0);
 
 -- What job_purge walks: finished jobs only, oldest first. Leases never change
 -- finished_at, so they stay HOT.
@@ -47,8 +63,9 @@ COMMENT ON COLUMN jobs.lease_until IS
 COMMENT ON COLUMN jobs.worker_id IS
 'Set by job_mark_dispatched: the provider''s worker that carries out the job.';
 COMMENT ON INDEX jobs_pending_by_dispatch_at IS
-'The lease path: pending jobs only, in lease order, so the lease cost does not grow '
-'with dispatched, cancelled and failed history.';
+'The lease path of the default group: the pending jobs in queue ''default'' at priority '
+'0 only, in lease order, so the lease cost does not grow with dispatched, cancelled and '
+'failed history (every other pending job: jobs_pending_by_queue).';
 COMMENT ON COLUMN jobs.lease_sequence IS
 'Bumped by every job_lease (to at least token_floor() and above job_fences.lease_sequence), '
 'so it grows with every lease of the job and never goes backwards, even across a '
@@ -78,6 +95,20 @@ COMMENT ON COLUMN jobs.failed IS
 'Terminal: set, once attempts >= max_attempts, by the job_release of the job''s last '
 'lease or by the job_lease (or job_lease_many) that finds that lease expired. A failed '
 'job is never leased again; job_retry puts it back to waiting, job_purge deletes it.';
+COMMENT ON INDEX jobs_pending_by_queue IS
+'The lease path since pgstore_0019 of every pending job outside the default group '
+'(queue ''default'', priority 0: jobs_pending_by_dispatch_at), by queue, priority '
+'(highest first), dispatch_at and run_id. job_lease reads the due head of each (queue, '
+'priority) group, so its cost depends on the number of groups, not on the backlog.';
+COMMENT ON COLUMN jobs.queue IS
+'The job''s queue (''default'' unless job_schedule was given one): job_lease and '
+'job_lease_many lease from the queues their p_queues names (NULL: every queue).';
+COMMENT ON COLUMN jobs.priority IS
+'Higher is leased first among due jobs (then earliest dispatch_at, then run_id); 0 '
+'unless job_schedule was given one.';
+COMMENT ON COLUMN jobs.payload IS
+'What the job carries for its dispatcher (any JSON, at most '
+'store_settings.max_payload_bytes as JSON text), or NULL: none.';
 COMMENT ON INDEX jobs_finished_by_finished_at IS
 'The purge path: finished jobs only, oldest finished_at first.';
 
@@ -110,3 +141,23 @@ COMMENT ON COLUMN job_fences.lease_sequence IS
 'The greatest lease_sequence of any job deleted since pgstore_0014 (0: none), raised in '
 'the statement that deletes, never lowered. job_lease and job_lease_many hand out '
 'lease sequences above it, so a run_id scheduled again never repeats one.';
+
+-- The queue controls (sql/23_queues.sql). A queue needs no row to exist: a job's
+-- queue is its jobs.queue, and job_schedule writes nothing here (no cost on the
+-- schedule path). queue_pause writes the row of a queue it pauses; queue_resume
+-- clears its flag. job_lease reads it once per (queue, priority) group it finds.
+
+CREATE TABLE queues (
+    queue      text COLLATE "C" PRIMARY KEY,
+    paused     boolean NOT NULL DEFAULT false,
+    updated_at bigint  NOT NULL
+);
+
+COMMENT ON TABLE queues IS
+'The queue controls: one row per queue ever paused (queue_pause writes it, queue_resume '
+'clears paused). Written only through those functions; a queue with no row is not paused.';
+COMMENT ON COLUMN queues.paused IS
+'True: job_lease and job_lease_many lease none of the queue''s jobs (leases already '
+'held run on, and may be renewed, marked and released).';
+COMMENT ON COLUMN queues.updated_at IS
+'Epoch ms (the database clock) of the last queue_pause or queue_resume that changed the row.';

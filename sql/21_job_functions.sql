@@ -33,8 +33,54 @@ COMMENT ON FUNCTION job_channel() IS
 'name when it is too long for a channel). Idle dispatchers LISTEN on it (quoted: '
 'LISTEN "pgstore.jobs") to lease a job scheduled due-now without polling faster.';
 
+CREATE FUNCTION check_payload(p_param text, p_value jsonb) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- Runs as its caller, an API function: as the store's owner, on that
+-- function's pinned search_path. Reads store_settings only for a payload.
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_max integer;
+BEGIN
+    IF p_value IS NOT NULL THEN
+        SELECT s.max_payload_bytes INTO v_max FROM store_settings s;
+        IF octet_length(p_value::text) > v_max THEN
+            PERFORM raise_invalid(format(
+                '%s must be at most %s bytes as JSON text (store_settings.max_payload_bytes)',
+                p_param, v_max));
+        END IF;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_payload(text, jsonb) IS
+'Raises 22023 naming p_param when p_value (NULL passes) is longer, as JSON text in '
+'UTF-8, than store_settings.max_payload_bytes.';
+
+CREATE FUNCTION check_queues(p_queues text[]) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    IF p_queues IS NOT NULL AND (
+           array_ndims(p_queues) IS DISTINCT FROM 1 OR cardinality(p_queues) > 1024
+           OR EXISTS (SELECT FROM unnest(p_queues) AS u(q)
+                       WHERE q IS NULL OR q = '' OR length(q) > 1024)) THEN
+        PERFORM raise_invalid(
+            'queues must be NULL (every queue) or a one-dimensional, non-empty array of at '
+            'most 1024 non-empty strings of at most 1024 characters');
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION check_queues(text[]) IS
+'Raises 22023 naming queues unless p_queues is NULL (every queue) or a non-empty, '
+'one-dimensional array of at most 1024 queue names (non-empty, at most 1024 '
+'characters; repeats allowed).';
+
 CREATE FUNCTION job_schedule(
-    p_run_id text, p_dispatch_at bigint, p_max_attempts integer DEFAULT NULL
+    p_run_id text, p_dispatch_at bigint, p_max_attempts integer DEFAULT NULL,
+    p_queue text DEFAULT NULL, p_priority integer DEFAULT NULL, p_payload jsonb DEFAULT NULL
 ) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -47,18 +93,30 @@ BEGIN
     IF p_max_attempts IS NOT NULL THEN
         PERFORM check_positive('max_attempts', p_max_attempts);
     END IF;
+    IF p_queue IS NOT NULL THEN
+        PERFORM check_name('queue', p_queue);
+    END IF;
+    PERFORM check_payload('payload', p_payload);
 
     -- An id of at most 1024 characters can still exceed the btree's limit on
     -- index entries (about 2700 bytes once compressed: long runs of
     -- incompressible multibyte characters). That is bad input, not a crash.
+    --
+    -- queue, priority and payload: NULL means the default for a new job and
+    -- "keep" for an existing one, so a call that only moves a job (as every
+    -- call did before pgstore_0019) never moves it to another queue.
     BEGIN
-        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts)
+        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts, queue, priority, payload)
         VALUES (p_run_id, p_dispatch_at,
                 coalesce(p_max_attempts,
-                         (SELECT s.default_max_attempts FROM store_settings s)))
+                         (SELECT s.default_max_attempts FROM store_settings s)),
+                coalesce(p_queue, 'default'), coalesce(p_priority, 0), p_payload)
         ON CONFLICT (run_id) DO UPDATE
             SET dispatch_at = excluded.dispatch_at,
-                max_attempts = coalesce(p_max_attempts, j.max_attempts);
+                max_attempts = coalesce(p_max_attempts, j.max_attempts),
+                queue = coalesce(p_queue, j.queue),
+                priority = coalesce(p_priority, j.priority),
+                payload = coalesce(p_payload, j.payload);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
@@ -71,15 +129,368 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION job_schedule(text, bigint, integer) IS
+COMMENT ON FUNCTION job_schedule(text, bigint, integer, text, integer, jsonb) IS
 'Adds the job p_run_id, due at p_dispatch_at, with at most p_max_attempts leases '
-'(NULL: store_settings.default_max_attempts, 25 unless the owner changed it). For an '
-'existing job moves only dispatch_at, and max_attempts when p_max_attempts is given: '
-'lease, attempts, worker_id, dispatched, cancelled and failed are preserved. At commit, '
-'notifies job_channel() with dispatch_at as the payload. 22023: p_max_attempts not '
-'positive.';
+'(NULL: store_settings.default_max_attempts, 25 unless the owner changed it), in queue '
+'p_queue (NULL: ''default''), at priority p_priority (higher is leased first; NULL: 0), '
+'carrying p_payload (any JSON; NULL: none). For an existing job moves dispatch_at, and '
+'replaces max_attempts, queue, priority and payload each only when given (not NULL): '
+'a NULL keeps the job''s own, so a call that only moves a job keeps its queue, '
+'priority and payload; lease, attempts, worker_id, dispatched, cancelled and failed '
+'are preserved. At commit, notifies job_channel() with dispatch_at as the payload. '
+'22023 and nothing changes: p_max_attempts not positive, p_queue empty or longer than '
+'1024 characters, p_payload longer than store_settings.max_payload_bytes as JSON text.';
 
-CREATE FUNCTION job_lease(p_holder text, p_now bigint, p_ttl_ms bigint) RETURNS SETOF jobs
+CREATE FUNCTION job_lease_groups(p_queues text[]) RETURNS TABLE (queue text, priority integer)
+LANGUAGE sql STABLE
+AS $$
+    -- The default group (queue 'default', priority 0) when it holds a pending
+    -- job (one probe of jobs_pending_by_dispatch_at), and the groups of
+    -- jobs_pending_by_queue by a loose index scan, backwards: one probe per
+    -- (queue, priority) group, whatever the group holds. Every queue (p_queues
+    -- NULL): the last pair, then from each pair the next higher priority of its
+    -- queue or else the last pair of the queue before. Given queues: each one's
+    -- priorities, from its lowest up (an ordered walk of "queue = ANY" would
+    -- read every entry). Backwards, because each probe then lands on a group's
+    -- newest entries: the entries of jobs dispatched since the last vacuum sit
+    -- at the oldest end of each group, where the lease walks. Each read states
+    -- its index's predicate, so that it can use that index and no other.
+    WITH RECURSIVE pairs AS (
+        (SELECT c.queue, c.priority
+           FROM jobs c
+          WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+            AND (c.queue <> 'default' OR c.priority <> 0)
+            AND p_queues IS NULL
+          ORDER BY c.queue DESC, c.priority
+          LIMIT 1)
+        UNION ALL
+        SELECT n.queue, n.priority
+          FROM pairs p
+         CROSS JOIN LATERAL (
+               (SELECT c.queue, c.priority
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                   AND c.queue = p.queue AND c.priority > p.priority
+                 ORDER BY c.priority
+                 LIMIT 1)
+               UNION ALL
+               (SELECT c.queue, c.priority
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                   AND c.queue < p.queue
+                 ORDER BY c.queue DESC, c.priority
+                 LIMIT 1)
+               LIMIT 1) n
+    ),
+    named AS (
+        SELECT DISTINCT u.queue FROM unnest(p_queues) AS u(queue)
+    ),
+    given AS (
+        SELECT g.queue, g.priority
+          FROM named q
+         CROSS JOIN LATERAL (
+               WITH RECURSIVE levels AS (
+                   (SELECT c.queue, c.priority
+                      FROM jobs c
+                     WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                       AND (c.queue <> 'default' OR c.priority <> 0)
+                       AND c.queue = q.queue
+                     ORDER BY c.priority
+                     LIMIT 1)
+                   UNION ALL
+                   SELECT n.queue, n.priority
+                     FROM levels l
+                    CROSS JOIN LATERAL (
+                          SELECT c.queue, c.priority
+                            FROM jobs c
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND (c.queue <> 'default' OR c.priority <> 0)
+                             AND c.queue = l.queue AND c.priority > l.priority
+                           ORDER BY c.priority
+                           LIMIT 1) n
+               )
+               SELECT v.queue, v.priority FROM levels v) g
+    ),
+    dflt AS (
+        SELECT 'default'::text COLLATE "C" AS queue, 0 AS priority
+         WHERE (p_queues IS NULL OR 'default' = ANY (p_queues))
+           AND (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND c.queue = 'default' AND c.priority = 0
+                 ORDER BY c.dispatch_at DESC, c.run_id DESC
+                 LIMIT 1)
+    ),
+    every AS (
+        SELECT d.queue, d.priority FROM dflt d
+        UNION ALL
+        SELECT p.queue, p.priority FROM pairs p
+        UNION ALL
+        SELECT g.queue, g.priority FROM given g
+    )
+    SELECT e.queue, e.priority FROM every e
+     WHERE NOT EXISTS (SELECT FROM queues s WHERE s.queue = e.queue AND s.paused)
+$$;
+
+COMMENT ON FUNCTION job_lease_groups(text[]) IS
+'The (queue, priority) pairs that hold pending jobs, of the queues p_queues names '
+'(NULL: every queue) that are not paused (queues.paused): one index probe per pair (the '
+'default group, queue ''default'' at priority 0, in jobs_pending_by_dispatch_at; the '
+'others by a loose scan of jobs_pending_by_queue, from its newest end), never a walk of '
+'a backlog, a paused queue''s included. What job_lease_take reads first.';
+
+CREATE FUNCTION job_lease_take(
+    p_holder text, p_now bigint, p_until bigint, p_limit integer, p_queues text[]
+) RETURNS SETOF jobs
+LANGUAGE plpgsql
+AS $$
+-- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
+-- its pinned search_path), after they checked every argument, when some
+-- pending job is outside the default group or p_queues names queues.
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_queues  text[];
+    v_prios   integer[];
+    v_default boolean;
+    v_window  integer;
+    v_left    integer := p_limit;
+    v_more    boolean;
+    v_rows    jobs[] := ARRAY[]::jobs[];
+    v_round   jobs[];
+BEGIN
+    -- The (queue, priority) groups that hold pending jobs (one index probe each).
+    -- Every queue: a statement with no parameter (job_lease_groups is inlined, its
+    -- NULL folded), so its plan is made once per session, not at each call (about
+    -- 3 ms: seven reads of jobs, each weighing five indexes).
+    IF p_queues IS NULL THEN
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM job_lease_groups(NULL) g;
+    ELSE
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM job_lease_groups(p_queues) g;
+    END IF;
+    IF v_queues IS NULL THEN
+        RETURN;
+    END IF;
+    -- Of several, the ones with a job leasable now (a probe of each group's due
+    -- head): a group whose jobs are all in the future, or all held, drops out.
+    -- One group alone is not probed: the walk below reads its due head anyway.
+    IF cardinality(v_queues) > 1 THEN
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM unnest(v_queues, v_prios) AS g(queue, priority)
+         WHERE CASE WHEN g.queue = 'default' AND g.priority = 0
+                    THEN (SELECT true
+                            FROM jobs c
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND c.queue = 'default' AND c.priority = 0
+                             AND c.dispatch_at <= p_now
+                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                           ORDER BY c.dispatch_at, c.run_id
+                           LIMIT 1)
+                    ELSE (SELECT true
+                            FROM jobs c
+                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                             AND (c.queue <> 'default' OR c.priority <> 0)
+                             AND c.queue = g.queue AND c.priority = g.priority
+                             AND c.dispatch_at <= p_now
+                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                           ORDER BY c.dispatch_at, c.run_id
+                           LIMIT 1) END;
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+    END IF;
+    v_default := EXISTS (SELECT FROM unnest(v_queues, v_prios) AS g(queue, priority)
+                         WHERE g.queue = 'default' AND g.priority = 0);
+
+    -- Every read of a group below states the predicate of the index that holds
+    -- it, so it walks that index and no other (never a paused queue's backlog).
+    --
+    -- One group with jobs leasable now: its due head in lease order, locked as
+    -- it is walked, skipping rows concurrent leasers hold locked; the UPDATE
+    -- reaches them through the primary key. Only the branch the CASE takes runs
+    -- (InitPlans run when first read). job_fences and store_epoch are read by
+    -- this statement (InitPlans, once), never by an earlier one, and a job out
+    -- of attempts is failed by this UPDATE instead of leased (it counts against
+    -- p_limit and is left out of the answer).
+    IF cardinality(v_queues) = 1 THEN
+        RETURN QUERY
+        WITH leased AS (
+            UPDATE jobs j
+               SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                   lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
+                   lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                         THEN greatest(j.lease_sequence + 1,
+                                                       (SELECT token_floor_at(
+                                                                   (SELECT e.epoch
+                                                                      FROM store_epoch e))),
+                                                       (SELECT f.lease_sequence + 1
+                                                          FROM job_fences f))
+                                         ELSE j.lease_sequence END,
+                   attempts = CASE WHEN j.attempts < j.max_attempts
+                                   THEN j.attempts + 1 ELSE j.attempts END,
+                   failed = j.attempts >= j.max_attempts,
+                   finished_at = CASE WHEN j.attempts < j.max_attempts
+                                      THEN j.finished_at ELSE now_ms() END,
+                   last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                     ELSE format('out of attempts: leased %s times '
+                                                 '(max_attempts %s), the last lease '
+                                                 'expired without a release',
+                                                 j.attempts, j.max_attempts) END
+             WHERE j.run_id = ANY (CASE WHEN v_default THEN ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                          AND c.queue = 'default' AND c.priority = 0
+                          AND c.dispatch_at <= p_now
+                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                        ORDER BY c.dispatch_at, c.run_id
+                        LIMIT p_limit
+                          FOR UPDATE SKIP LOCKED)
+                   ELSE ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                          AND (c.queue <> 'default' OR c.priority <> 0)
+                          AND c.queue = v_queues[1] AND c.priority = v_prios[1]
+                          AND c.dispatch_at <= p_now
+                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                        ORDER BY c.dispatch_at, c.run_id
+                        LIMIT p_limit
+                          FOR UPDATE SKIP LOCKED) END)
+            RETURNING j.*)
+        SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+        RETURN;
+    END IF;
+
+    -- Several groups with jobs leasable now: the due head of each (tuple ids,
+    -- unlocked), then those tuples (one heap page each, no index descent) in
+    -- lease order, locked up to v_left: LockRows sits between the sort and the
+    -- limit, so it locks in order and no more than it returns, and rechecks
+    -- each row it locks in its newest version. The recheck is one opaque
+    -- condition (IS TRUE): bare, it would have the planner walk the queues'
+    -- whole due backlog in a pending index instead. job_lease's rules for each
+    -- job, as above.
+    --
+    -- Each group's due head is read p_limit + 16 deep, so 16 concurrent leasers
+    -- find rows the others have not locked. A round that leases fewer than it
+    -- may while some head was cut short reads four times deeper (the rows it
+    -- leased are live leases by then, and skipped).
+    v_window := p_limit + 16;
+    LOOP
+        WITH heads AS MATERIALIZED (
+            SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+              FROM (SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
+                           count(*) OVER () AS n
+                      FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
+                              FROM jobs c
+                             WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                               AND c.queue = 'default' AND c.priority = 0
+                               AND c.dispatch_at <= p_now
+                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                             ORDER BY c.dispatch_at, c.run_id
+                             LIMIT v_window) x
+                     WHERE v_default) w
+            UNION ALL
+            SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+              FROM unnest(v_queues, v_prios) AS g(queue, priority)
+             CROSS JOIN LATERAL (
+                   SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
+                          count(*) OVER () AS n
+                     FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND (c.queue <> 'default' OR c.priority <> 0)
+                              AND c.queue = g.queue AND c.priority = g.priority
+                              AND c.dispatch_at <= p_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT v_window) x) w
+             WHERE g.queue <> 'default' OR g.priority <> 0),
+        -- A head cut short (v_window rows read) may hide rows that come before
+        -- another group's in lease order: only the rows up to the earliest last
+        -- row of a cut head are merged, so a lease never skips an unlocked row
+        -- it should have taken first.
+        safe AS (
+            SELECT h.tid
+              FROM heads h
+             WHERE NOT EXISTS (
+                       SELECT FROM heads l
+                        WHERE l.n >= v_window AND l.rn = l.n
+                          AND (-l.priority, l.dispatch_at, l.run_id)
+                              < (-h.priority, h.dispatch_at, h.run_id))),
+        leased AS (
+            UPDATE jobs j
+               SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                   lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
+                   lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                         THEN greatest(j.lease_sequence + 1,
+                                                       (SELECT token_floor_at(
+                                                                   (SELECT e.epoch
+                                                                      FROM store_epoch e))),
+                                                       (SELECT f.lease_sequence + 1
+                                                          FROM job_fences f))
+                                         ELSE j.lease_sequence END,
+                   attempts = CASE WHEN j.attempts < j.max_attempts
+                                   THEN j.attempts + 1 ELSE j.attempts END,
+                   failed = j.attempts >= j.max_attempts,
+                   finished_at = CASE WHEN j.attempts < j.max_attempts
+                                      THEN j.finished_at ELSE now_ms() END,
+                   last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                     ELSE format('out of attempts: leased %s times '
+                                                 '(max_attempts %s), the last lease '
+                                                 'expired without a release',
+                                                 j.attempts, j.max_attempts) END
+             WHERE j.run_id = ANY (ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE c.ctid = ANY (ARRAY(SELECT f.tid FROM safe f))
+                          AND (NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                               AND c.dispatch_at <= p_now
+                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                               AND (c.queue, c.priority) IN (
+                                       SELECT * FROM unnest(v_queues, v_prios)))
+                              IS TRUE
+                        ORDER BY c.priority DESC, c.dispatch_at, c.run_id
+                        LIMIT v_left
+                          FOR UPDATE SKIP LOCKED))
+            RETURNING j AS job)
+        SELECT coalesce(array_agg(l.job), ARRAY[]::jobs[]),
+               coalesce((SELECT bool_or(h.n >= v_window) FROM heads h), false)
+          INTO v_round, v_more
+          FROM leased l;
+
+        v_rows := v_rows || v_round;
+        v_left := v_left - cardinality(v_round);
+        EXIT WHEN v_left <= 0 OR NOT v_more;
+        v_window := v_window * 4;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT r.* FROM unnest(v_rows) r
+     WHERE NOT r.failed
+     ORDER BY r.priority DESC, r.dispatch_at, r.run_id;
+END
+$$;
+
+COMMENT ON FUNCTION job_lease_take(text, bigint, bigint, integer, text[]) IS
+'The lease of job_lease and job_lease_many (which check the arguments first) when some '
+'pending job is outside the default group (queue ''default'', priority 0) or p_queues '
+'names queues: leases to p_holder until p_until up to p_limit due jobs of the queues '
+'p_queues names (NULL: every queue), highest priority first, then earliest dispatch_at, '
+'then run_id, and returns them in that order; a job out of attempts is failed instead, '
+'counted against p_limit and left out. With one (queue, priority) group leasable now, '
+'one UPDATE that walks its due head; with several, one UPDATE a round: a second round '
+'only when concurrent leasers held every row of a due head it read.';
+
+CREATE FUNCTION job_lease(
+    p_holder text, p_now bigint, p_ttl_ms bigint, p_queues text[] DEFAULT NULL
+) RETURNS SETOF jobs
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -87,74 +498,101 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
+    v_others boolean;
+    v_paused boolean;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
     PERFORM check_positive('ttl_ms', p_ttl_ms);
+    PERFORM check_queues(p_queues);
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- The scalar subquery on run_id is an InitPlan: it runs once, walks the
-    -- pending index in lease order and locks one row, skipping rows that
-    -- concurrent leasers hold locked. The one on job_fences is read in this
-    -- statement, with its snapshot: a row visible to it was scheduled after
-    -- any purge or remove of its run_id that the mark must cover. token_floor()
-    -- is inlined: store_epoch is read once, by another InitPlan, only when a
-    -- job is leased.
-    --
+    -- The common case, p_queues NULL and every pending job in the default group
+    -- (queue 'default', priority 0: an app that uses neither queues nor
+    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
+    -- it empty): the lease of pgstore_0018, over the default group's index. The
+    -- scalar subquery is an InitPlan: it runs once, walks the index in lease
+    -- order and locks one row, skipping rows that concurrent leasers hold
+    -- locked; the UPDATE reaches it through the primary key. job_fences is read
+    -- by this statement, with its snapshot (a row visible to it was scheduled
+    -- after any purge or remove of its run_id that the mark must cover), and
+    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
     -- A job out of attempts (its last lease expired without a release) is
-    -- failed instead, by the same UPDATE, and not returned: the call then
-    -- answers no row, and the next call leases the next job.
-    RETURN QUERY
-    WITH leased AS (
-        UPDATE jobs j
-           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
-               lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                     THEN greatest(j.lease_sequence + 1,
-                                                   token_floor_at((SELECT e.epoch
-                                                                     FROM store_epoch e)),
-                                                   (SELECT f.lease_sequence + 1
-                                                      FROM job_fences f))
-                                     ELSE j.lease_sequence END,
-               attempts = CASE WHEN j.attempts < j.max_attempts
-                               THEN j.attempts + 1 ELSE j.attempts END,
-               failed = j.attempts >= j.max_attempts,
-               finished_at = CASE WHEN j.attempts < j.max_attempts
-                                  THEN j.finished_at ELSE now_ms() END,
-               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
-                                 ELSE format('out of attempts: leased %s times (max_attempts '
-                                             '%s), the last lease expired without a release',
-                                             j.attempts, j.max_attempts) END
-         WHERE j.run_id = (
-                   SELECT c.run_id
-                     FROM jobs c
-                    WHERE NOT c.dispatched
-                      AND NOT c.cancelled
-                      AND NOT c.failed
-                      AND c.dispatch_at <= v_now
-                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                    ORDER BY c.dispatch_at, c.run_id
-                    LIMIT 1
-                      FOR UPDATE SKIP LOCKED)
-        RETURNING j.*)
-    SELECT l.* FROM leased l WHERE NOT l.failed;
+    -- failed instead, by the same UPDATE, and not returned. Else, or when
+    -- p_queues names queues: job_lease_take.
+    IF p_queues IS NULL THEN
+        SELECT (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                 ORDER BY c.queue DESC, c.priority
+                 LIMIT 1),
+               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
+          INTO v_others, v_paused;
+        IF v_others IS NULL THEN
+            IF v_paused THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH leased AS (
+                UPDATE jobs j
+                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                             THEN greatest(j.lease_sequence + 1,
+                                                           (SELECT token_floor_at(
+                                                                       (SELECT e.epoch
+                                                                          FROM store_epoch e))),
+                                                           (SELECT f.lease_sequence + 1
+                                                              FROM job_fences f))
+                                             ELSE j.lease_sequence END,
+                       attempts = CASE WHEN j.attempts < j.max_attempts
+                                       THEN j.attempts + 1 ELSE j.attempts END,
+                       failed = j.attempts >= j.max_attempts,
+                       finished_at = CASE WHEN j.attempts < j.max_attempts
+                                          THEN j.finished_at ELSE now_ms() END,
+                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                         ELSE format('out of attempts: leased %s times '
+                                                     '(max_attempts %s), the last lease '
+                                                     'expired without a release',
+                                                     j.attempts, j.max_attempts) END
+                 WHERE j.run_id = (
+                           SELECT c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND c.queue = 'default' AND c.priority = 0
+                              AND c.dispatch_at <= v_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT 1
+                              FOR UPDATE SKIP LOCKED)
+                RETURNING j.*)
+            SELECT l.* FROM leased l WHERE NOT l.failed;
+            RETURN;
+        END IF;
+    END IF;
+
+    RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1, p_queues);
 END
 $$;
 
-COMMENT ON FUNCTION job_lease(text, bigint, bigint) IS
+COMMENT ON FUNCTION job_lease(text, bigint, bigint, text[]) IS
 'Leases to p_holder, until now + p_ttl_ms, the next due (dispatch_at <= now), '
-'uncancelled, undispatched, unfailed job whose lease is absent or expired, earliest '
-'dispatch_at first (ties by run_id), bumps its lease_sequence (to at least '
+'uncancelled, undispatched, unfailed job whose lease is absent or expired, of the '
+'queues p_queues names (NULL, the default: every queue): highest priority first, then '
+'earliest dispatch_at, then run_id; bumps its lease_sequence (to at least '
 'token_floor(): above every lease of an earlier timeline, and above '
 'job_fences.lease_sequence: above every lease of a deleted job) and adds one to its '
-'attempts. Returns it, with the new lease_sequence and attempts, or no row. A job is '
+'attempts. Returns it (with its queue, priority and payload), with the new '
+'lease_sequence and attempts, or no row. A job is '
 'leased at most max_attempts times: when that next job has attempts >= max_attempts '
 '(its last lease expired without a release) it is failed instead (failed, '
 'finished_at = now_ms(), lease cleared, last_error says why) and no row is returned. '
-'One UPDATE; rows locked by concurrent leasers are skipped, so an empty answer means '
+'Rows locked by concurrent leasers are skipped, so an empty answer means '
 'nothing leasable right now, not that nothing is due. Two callers never hold one job '
-'while its lease lives. 22023: p_ttl_ms above store_settings.max_lease_ms.';
+'while its lease lives. 22023: p_ttl_ms above store_settings.max_lease_ms; p_queues '
+'empty, holding a NULL or empty name, or longer than 1024.';
 
 CREATE FUNCTION job_renew(
     p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint,

@@ -80,11 +80,16 @@ COMMENT ON FUNCTION check_lease_sequences(bigint[], integer) IS
 'Raises 22023 naming lease_sequences unless p_value is NULL (no fences) or a '
 'one-dimensional array of p_length elements, each NULL (no fence) or positive.';
 
-CREATE FUNCTION job_schedule_many(p_run_ids text[], p_dispatch_at bigint[]) RETURNS void
+CREATE FUNCTION job_schedule_many(
+    p_run_ids text[], p_dispatch_at bigint[], p_queue text DEFAULT NULL,
+    p_priority integer DEFAULT NULL, p_payloads jsonb[] DEFAULT NULL
+) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
+DECLARE
+    v_max integer;
 BEGIN
     PERFORM check_primary();
     PERFORM check_run_ids(p_run_ids);
@@ -92,18 +97,40 @@ BEGIN
     IF array_position(p_dispatch_at, NULL) IS NOT NULL THEN
         PERFORM raise_invalid('dispatch_at must not hold a null');
     END IF;
+    IF p_queue IS NOT NULL THEN
+        PERFORM check_name('queue', p_queue);
+    END IF;
+    IF p_payloads IS NOT NULL THEN
+        PERFORM check_same_length('payloads', p_payloads, cardinality(p_run_ids));
+        SELECT s.max_payload_bytes INTO v_max FROM store_settings s;
+        IF EXISTS (SELECT FROM unnest(p_payloads) AS u(p) WHERE octet_length(p::text) > v_max)
+        THEN
+            PERFORM raise_invalid(format(
+                'payloads must hold payloads of at most %s bytes as JSON text '
+                '(store_settings.max_payload_bytes)', v_max));
+        END IF;
+    END IF;
     IF cardinality(p_run_ids) = 0 THEN
         RETURN;
     END IF;
 
+    -- queue, priority and each payload as job_schedule takes them: NULL is the
+    -- default for a new job and keeps an existing job's own.
     BEGIN
-        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts)
+        INSERT INTO jobs AS j (run_id, dispatch_at, max_attempts, queue, priority, payload)
         SELECT u.run_id, u.dispatch_at,
-               (SELECT s.default_max_attempts FROM store_settings s)
-          FROM unnest(p_run_ids, p_dispatch_at) AS u(run_id, dispatch_at)
+               (SELECT s.default_max_attempts FROM store_settings s),
+               coalesce(p_queue, 'default'), coalesce(p_priority, 0), u.payload
+          FROM unnest(p_run_ids, p_dispatch_at,
+                      coalesce(p_payloads,
+                               array_fill(NULL::jsonb, ARRAY[cardinality(p_run_ids)])))
+               AS u(run_id, dispatch_at, payload)
          ORDER BY u.run_id  -- one lock order for every batch
         ON CONFLICT (run_id) DO UPDATE
-            SET dispatch_at = excluded.dispatch_at;
+            SET dispatch_at = excluded.dispatch_at,
+                queue = coalesce(p_queue, j.queue),
+                priority = coalesce(p_priority, j.priority),
+                payload = coalesce(excluded.payload, j.payload);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
@@ -116,17 +143,21 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION job_schedule_many(text[], bigint[]) IS
+COMMENT ON FUNCTION job_schedule_many(text[], bigint[], text, integer, jsonb[]) IS
 'job_schedule (without p_max_attempts) for each (p_run_ids[i], p_dispatch_at[i]), '
-'in one INSERT: adds the jobs with store_settings.default_max_attempts, and for '
-'existing ones moves only dispatch_at. At commit, notifies '
+'in one INSERT: adds the jobs with store_settings.default_max_attempts, in queue p_queue '
+'at priority p_priority (NULL: ''default'', 0), each carrying p_payloads[i] (p_payloads '
+'NULL: none); for existing ones moves dispatch_at and replaces queue, priority and '
+'payload only where given (not NULL), as job_schedule does. At commit, notifies '
 'job_channel() once, with the earliest dispatch_at as the payload (nothing for '
 'empty arrays). 22023 and nothing changes: run_ids NULL, longer than batch_max(), '
 'with a NULL, empty, too long or repeated id; dispatch_at NULL, not as long, or '
-'holding a NULL.';
+'holding a NULL; queue empty or longer than 1024 characters; payloads not as long, or '
+'holding one longer than store_settings.max_payload_bytes as JSON text.';
 
 CREATE FUNCTION job_lease_many(
-    p_holder text, p_now bigint, p_ttl_ms bigint, p_limit integer
+    p_holder text, p_now bigint, p_ttl_ms bigint, p_limit integer,
+    p_queues text[] DEFAULT NULL
 ) RETURNS SETOF jobs
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -135,6 +166,8 @@ AS $$
 DECLARE
     v_now   bigint;
     v_until bigint;
+    v_others boolean;
+    v_paused boolean;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -143,71 +176,95 @@ BEGIN
     IF p_limit > batch_max() THEN
         PERFORM raise_invalid(format('limit must be at most %s', batch_max()));
     END IF;
+    PERFORM check_queues(p_queues);
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
     -- token_floor() once per call, not once per row: inlined in a scalar
     -- subquery, an InitPlan (bare in the SET list it read the WAL position for
     -- every job). One value is right for the whole batch: a primary writes on
     -- one timeline for as long as it runs, check_primary() above has refused
     -- a standby, and store_epoch is read in the statement's snapshot.
-
-    -- job_lease's walk with LIMIT p_limit: the ARRAY() subquery is an InitPlan
-    -- that runs once, walks the pending index in lease order and locks up to
-    -- p_limit rows, skipping rows concurrent leasers hold locked; the UPDATE then
-    -- reaches them through the primary key (an IN would let the planner hash-join
-    -- a scan of the whole table). The answer comes back in lease order.
     --
-    -- job_lease's rules for each job: job_fences is read by this statement (an
-    -- InitPlan, once), never by an earlier one, and a job out of attempts is
-    -- failed by this UPDATE instead of leased, and left out of the answer, so
-    -- it may hold fewer than p_limit rows.
-    RETURN QUERY
-    WITH leased AS (
-        UPDATE jobs j
-           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
-               lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                     THEN greatest(j.lease_sequence + 1,
-                                                   (SELECT token_floor_at(
-                                                               (SELECT e.epoch
-                                                                  FROM store_epoch e))),
-                                                   (SELECT f.lease_sequence + 1
-                                                      FROM job_fences f))
-                                     ELSE j.lease_sequence END,
-               attempts = CASE WHEN j.attempts < j.max_attempts
-                               THEN j.attempts + 1 ELSE j.attempts END,
-               failed = j.attempts >= j.max_attempts,
-               finished_at = CASE WHEN j.attempts < j.max_attempts
-                                  THEN j.finished_at ELSE now_ms() END,
-               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
-                                 ELSE format('out of attempts: leased %s times (max_attempts '
-                                             '%s), the last lease expired without a release',
-                                             j.attempts, j.max_attempts) END
-         WHERE j.run_id = ANY (ARRAY(
-                   SELECT c.run_id
-                     FROM jobs c
-                    WHERE NOT c.dispatched
-                      AND NOT c.cancelled
-                      AND NOT c.failed
-                      AND c.dispatch_at <= v_now
-                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                    ORDER BY c.dispatch_at, c.run_id
-                    LIMIT p_limit
-                      FOR UPDATE SKIP LOCKED))
-        RETURNING j.*)
-    SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+    -- The common case, p_queues NULL and every pending job in the default group
+    -- (queue 'default', priority 0: an app that uses neither queues nor
+    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
+    -- it empty): the lease of pgstore_0018, over the default group's index. The
+    -- ARRAY() subquery is an InitPlan: it runs once, walks the index in lease
+    -- order and locks up to p_limit rows, skipping rows that concurrent leasers hold
+    -- locked; the UPDATE reaches them through the primary key. job_fences is read
+    -- by this statement, with its snapshot (a row visible to it was scheduled
+    -- after any purge or remove of its run_id that the mark must cover), and
+    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
+    -- A job out of attempts (its last lease expired without a release) is
+    -- failed instead, by the same UPDATE, and not returned. Else, or when
+    -- p_queues names queues: job_lease_take.
+    IF p_queues IS NULL THEN
+        SELECT (SELECT true
+                  FROM jobs c
+                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                   AND (c.queue <> 'default' OR c.priority <> 0)
+                 ORDER BY c.queue DESC, c.priority
+                 LIMIT 1),
+               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
+          INTO v_others, v_paused;
+        IF v_others IS NULL THEN
+            IF v_paused THEN
+                RETURN;
+            END IF;
+            RETURN QUERY
+            WITH leased AS (
+                UPDATE jobs j
+                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                             THEN greatest(j.lease_sequence + 1,
+                                                           (SELECT token_floor_at(
+                                                                       (SELECT e.epoch
+                                                                          FROM store_epoch e))),
+                                                           (SELECT f.lease_sequence + 1
+                                                              FROM job_fences f))
+                                             ELSE j.lease_sequence END,
+                       attempts = CASE WHEN j.attempts < j.max_attempts
+                                       THEN j.attempts + 1 ELSE j.attempts END,
+                       failed = j.attempts >= j.max_attempts,
+                       finished_at = CASE WHEN j.attempts < j.max_attempts
+                                          THEN j.finished_at ELSE now_ms() END,
+                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                         ELSE format('out of attempts: leased %s times '
+                                                     '(max_attempts %s), the last lease '
+                                                     'expired without a release',
+                                                     j.attempts, j.max_attempts) END
+                 WHERE j.run_id = ANY (ARRAY(
+                           SELECT c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND c.queue = 'default' AND c.priority = 0
+                              AND c.dispatch_at <= v_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT p_limit
+                              FOR UPDATE SKIP LOCKED))
+                RETURNING j.*)
+            SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+            RETURN;
+        END IF;
+    END IF;
+
+    RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit, p_queues);
 END
 $$;
 
-COMMENT ON FUNCTION job_lease_many(text, bigint, bigint, integer) IS
+COMMENT ON FUNCTION job_lease_many(text, bigint, bigint, integer, text[]) IS
 'job_lease for up to p_limit jobs at once: leases to p_holder, until now + p_ttl_ms, '
 'the next due, uncancelled, undispatched, unfailed jobs whose lease is absent or '
-'expired, in lease order (dispatch_at, then run_id), bumping each one''s '
+'expired, of the queues p_queues names (NULL, the default: every queue), in lease '
+'order (priority highest first, then dispatch_at, then run_id), bumping each one''s '
 'lease_sequence and adding one to its attempts as job_lease does. A job among them '
 'with attempts >= max_attempts (its last lease expired without a release) is failed '
 'instead, as job_lease fails it, and not returned. Returns the leased jobs in that '
 'order: fewer than p_limit (none) when no more are leasable right now, or when some '
-'were failed; rows locked by concurrent leasers are skipped. One UPDATE. '
+'were failed; rows locked by concurrent leasers are skipped. '
 '22023: p_limit NULL, not positive or above batch_max(), and job_lease''s rules.';
 
 CREATE FUNCTION job_mark_dispatched_many(

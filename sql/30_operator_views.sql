@@ -246,8 +246,15 @@ BEGIN
                    count(*) FILTER (WHERE j.dispatch_at <= v_now AND j.lease_until <= v_now)
                      AS due_expired,
                    count(*) FILTER (WHERE j.lease_until > v_now) AS leased
-              FROM jobs j
-             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed) AS w
+              FROM (SELECT d.dispatch_at, d.lease_until
+                      FROM jobs d
+                     WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                       AND d.queue = 'default' AND d.priority = 0
+                    UNION ALL
+                    SELECT q.dispatch_at, q.lease_until
+                      FROM jobs q
+                     WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                       AND (q.queue <> 'default' OR q.priority <> 0)) AS j) AS w
      CROSS JOIN
            (SELECT k.finished + d.finished AS finished,
                    k.dispatched + d.dispatched AS dispatched_only
@@ -274,12 +281,25 @@ BEGIN
              ORDER BY greatest(sc.next_run_at, sc.lease_until), sc.id
              LIMIT 1) AS os ON true
       LEFT JOIN LATERAL
-           (SELECT j.run_id, j.dispatch_at
-              FROM jobs j
-             WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
-               AND j.dispatch_at <= v_now
-               AND (j.lease_until IS NULL OR j.lease_until <= v_now)
-             ORDER BY j.dispatch_at, j.run_id
+           (SELECT o.run_id, o.dispatch_at
+              FROM ((SELECT j.run_id, j.dispatch_at
+                       FROM jobs j
+                      WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+                        AND j.queue = 'default' AND j.priority = 0
+                        AND j.dispatch_at <= v_now
+                        AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                      ORDER BY j.dispatch_at, j.run_id
+                      LIMIT 1)
+                    UNION ALL
+                    (SELECT j.run_id, j.dispatch_at
+                       FROM jobs j
+                      WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
+                        AND (j.queue <> 'default' OR j.priority <> 0)
+                        AND j.dispatch_at <= v_now
+                        AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                      ORDER BY j.dispatch_at, j.run_id
+                      LIMIT 1)) AS o
+             ORDER BY o.dispatch_at, o.run_id
              LIMIT 1) AS oj ON true;
 END
 $$;
@@ -294,7 +314,7 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 '(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
 'due job (its run_id and dispatch_at). '
-'The waiting counts read the pending index; the history counts read job_history, the '
+'The waiting counts read the two pending indexes; the history counts read job_history, the '
 'jobs finished since its upto and the small index of recalled and failed jobs, never '
 'the rest of the history (the schedules are scanned). On a primary, under READ '
 'COMMITTED and not read-only, it first moves job_history forward '
@@ -315,6 +335,9 @@ RETURNS TABLE (
     max_attempts integer,
     last_error   text,
     failed       boolean,
+    queue        text,
+    priority     integer,
+    payload      jsonb,
     matching     bigint
 )
 LANGUAGE plpgsql STABLE
@@ -335,17 +358,27 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
-          FROM jobs j
-         WHERE NOT j.dispatched AND NOT j.cancelled AND NOT j.failed
-           AND j.dispatch_at <= v_now
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
+          FROM (SELECT d.*
+                  FROM jobs d
+                 WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                   AND d.queue = 'default' AND d.priority = 0
+                   AND d.dispatch_at <= v_now
+                UNION ALL
+                SELECT q.*
+                  FROM jobs q
+                 WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                   AND (q.queue <> 'default' OR q.priority <> 0)
+                   AND q.dispatch_at <= v_now) AS j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSIF p_filter = 'dispatched' THEN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          WHERE j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -354,7 +387,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
          ORDER BY j.dispatch_at, j.run_id
@@ -363,7 +397,8 @@ BEGIN
         RETURN QUERY
         SELECT j.run_id, j.dispatch_at, j.lease_holder, j.lease_until, j.worker_id,
                j.dispatched, j.cancelled, j.lease_sequence, j.finished_at, j.attempts,
-               j.max_attempts, j.last_error, j.failed, count(*) OVER ()
+               j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
+               count(*) OVER ()
           FROM jobs j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;

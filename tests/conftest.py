@@ -127,10 +127,15 @@ def pg_jobs_state(dsn: str, schema: str) -> Callable[[], list[Job]]:
                 psycopg.sql.SQL(
                     "SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id,"
                     " dispatched, cancelled, lease_sequence, attempts, max_attempts,"
-                    " last_error, failed FROM {}.jobs ORDER BY run_id"
+                    " last_error, failed, queue, priority, payload FROM {}.jobs ORDER BY run_id"
                 ).format(psycopg.sql.Identifier(schema))
             ).fetchall()
-        return [Job(*row) for row in rows]
+        return [
+            Job(row[0], row[1], row[2], row[3], row[4], row[5], row[6], lease_sequence=row[7],
+                attempts=row[8], max_attempts=row[9], last_error=row[10], failed=row[11],
+                queue=row[12], priority=row[13], payload=row[14])
+            for row in rows
+        ]
 
     return read
 

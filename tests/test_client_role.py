@@ -310,7 +310,7 @@ def test_migrations_of_several_databases_at_once(
             with psycopg.connect(dsn) as conn:
                 assert conn.execute(
                     "SELECT has_function_privilege(%s, %s, 'EXECUTE')",
-                    (shared, f"{schema}_s.job_lease(text, bigint, bigint)"),
+                    (shared, f"{schema}_s.job_lease(text, bigint, bigint, text[])"),
                 ).fetchone() == (True,)
 
         # One name, no adoption: one database creates it, the others are told why.

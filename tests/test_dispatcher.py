@@ -382,3 +382,22 @@ def test_short_dispatches_cost_no_keeper_and_late_starting_runs_are_kept_at_once
     run(late_round())
     assert [e.outcome for e in renews][:1] == ["renewed"]
     assert renewed_until == [1_100 + ttl]  # renewed, from the advanced clock
+
+
+def test_a_dispatcher_with_queues_leases_only_their_jobs_by_priority() -> None:
+    store, clock, provider = MemoryJobStore(), FakeClock(1_000), Provider()
+    store.schedule("node-job", 10, queue="node", priority=99)
+    store.schedule("py-low", 20, queue="python")
+    store.schedule("py-high", 30, queue="python", priority=5, payload={"seat": 3})
+    d = _dispatcher(store, clock, provider, concurrency=1, queues=["python"])
+
+    async def main() -> list[int]:
+        await d.start()
+        return [await _round(d) for _ in range(3)]
+
+    assert run(main()) == [1, 1, 0]
+    assert provider.sent == [("py-high", "d1"), ("py-low", "d1")]
+    node = store.get("node-job")
+    assert node is not None and not node.dispatched and node.lease_holder is None
+    with pytest.raises(InvalidArgument, match="queues"):
+        _dispatcher(store, clock, provider, queues=[])

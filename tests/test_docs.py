@@ -178,6 +178,8 @@ SAMPLE_ARGS: dict[str, object] = {
     "before": 1, "run_ids": ["r"], "worker_ids": ["w"], "lease_sequences": None,
     "promotions": 1,
     "jitter_ms": 0,
+    "queue": "q", "priority": 1, "payload": {"a": 1}, "queues": ["q"],
+    "payloads": [{"a": 1}],
 }
 
 

@@ -40,6 +40,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from pgstore import (
     AsyncPgJobStore,
@@ -144,6 +145,20 @@ bigint_arrays = st.one_of(
 )
 
 
+#: A job's payload: none, any JSON value, or a string around the 65536-byte default cap
+#: (its JSON text is 2 bytes longer).
+json_payloads = st.one_of(
+    st.none(),
+    st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(no_nul,
+                  max_size=10), st.floats(allow_nan=False, allow_infinity=False)),
+        lambda kids: st.one_of(st.lists(kids, max_size=3),
+                               st.dictionaries(st.text(no_nul, max_size=5), kids, max_size=3)),
+        max_leaves=8),
+    st.builds(_repeated, st.text(no_nul, min_size=1, max_size=3), st.integers(65530, 65540)),
+)
+
+
 def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
     if type_ == "text":
         drawn = text_or_null
@@ -156,6 +171,11 @@ def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
         return text_arrays
     if type_ == "bigint[]":
         return bigint_arrays
+    if type_ == "jsonb":
+        return json_payloads.map(lambda v: None if v is None else Jsonb(v))
+    if type_ == "jsonb[]":
+        return st.one_of(st.none(), st.lists(
+            json_payloads.map(lambda v: None if v is None else Jsonb(v)), max_size=4))
     raise AssertionError(f"no strategy for {name} {type_}: add one")
 
 
@@ -265,7 +285,8 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
            AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
                                  'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
                                  'job_history_advance', 'job_history_forget',
-                                 'schedule_due_at')
+                                 'schedule_due_at',
+                                 'job_lease_groups', 'job_lease_take')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
            -- the generated column's expression, against its reference in
@@ -497,13 +518,22 @@ errors = st.one_of(
     st.none(), st.text(max_size=20),
     st.builds(_repeated, st.text(no_nul, min_size=1, max_size=3), st.integers(4090, 4100)),
 )
+#: A queue name: the default, a few others, or anything text (empty and too long too).
+queue_names = st.one_of(st.none(), st.sampled_from(["default", "q1", "q2", "", "x" * 1025]),
+                        st.text(max_size=8))
+#: The queues a lease takes: every one, some, or lists SQL rejects (empty, a bad name).
+queue_lists = st.one_of(st.none(), st.lists(st.sampled_from(["default", "q1", "q2", ""]),
+                                            max_size=3))
+priorities = st.one_of(st.none(), st.integers(-5, 5),
+                       st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1]))
 JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
-    "schedule": [run_ids, times, max_attempts],
-    "lease": [names, times, positives],
+    "schedule": [run_ids, times, max_attempts, queue_names, priorities, json_payloads],
+    "lease": [names, times, positives, queue_lists],
     "renew": [run_ids, names, times, positives, sequences],
     "mark_dispatched": [run_ids, names, st.one_of(st.none(), st.text(max_size=10)), sequences],
     "release": [run_ids, names, times, sequences, errors],
     "retry": [run_ids, times],
+    "reschedule": [run_ids, times, times],
     "list_failed": [st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
     "cancel": [run_ids],
     "get": [run_ids],
@@ -511,9 +541,15 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "remove": [run_ids],
     "purge": [st.one_of(times, st.sampled_from([-1, -(2**63), 2**63 - 1, 2**63])),
               st.one_of(st.none(), positives, st.sampled_from([0, -1, 2**31 - 1, 2**31]))],
-    "schedule_many": [batch_ids, st.lists(st.integers(-(10**6), 10**13), max_size=4)],
+    "schedule_many": [batch_ids, st.lists(st.integers(-(10**6), 10**13), max_size=4),
+                      queue_names, priorities,
+                      st.one_of(st.none(), st.lists(json_payloads, max_size=4))],
     "lease_many": [names, times, positives,
-                   st.one_of(st.integers(1, 5), st.sampled_from([0, -1, 10_000, 10_001]))],
+                   st.one_of(st.integers(1, 5), st.sampled_from([0, -1, 10_000, 10_001])),
+                   queue_lists],
+    "pause_queue": [queue_names],
+    "resume_queue": [queue_names],
+    "list_queues": [times],
     "mark_dispatched_many": [batch_ids, names,
                              st.lists(st.one_of(st.none(), st.text(max_size=10)), max_size=4),
                              st.one_of(st.none(), st.lists(sequences, max_size=4))],

@@ -16,6 +16,11 @@ What it proves, against a real server:
   exactly one retry answers ``retried`` (the others ``not_failed``), at most one
   leaser gets the job, and only after that retry, with ``attempts`` 1.
 
+* Across three queues at three priorities, with jobs of a higher priority not due
+  yet, 8 concurrent leasers (``job_lease``, and ``job_lease_many`` of 7) hand out
+  every due job exactly once, each in lease order (priority, dispatch_at, run_id),
+  and stop only when nothing leasable is left; three trials each.
+
 Every worker owns its own autocommit psycopg connection (wrapped in a
 ``PgJobStore``); a ``threading.Barrier`` releases them together so the calls
 really overlap on the server. Workers run in a ``ThreadPoolExecutor`` and their
@@ -338,3 +343,68 @@ def present_job(store: PgJobStore, run_id: str) -> Job:
     assert job is not None
     return job
 
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+@pytest.mark.parametrize("trial", range(3))
+def test_leasers_across_queues_and_priorities_lease_every_job_once_in_order(
+    connections: list[psycopg.Connection[Any]], pgstore_schema: str, batch: int, trial: int
+) -> None:
+    """Three queues at three priorities (several groups: the merged path), and jobs of the
+    highest priority not due yet: 8 leasers, each ``lease`` (batch 1) or ``lease_many``
+    (batch 7), hand out every due job exactly once, each leaser in lease order
+    (priority, then dispatch_at, then run_id), never a future job, and stop only when
+    nothing leasable is left (at most what the others hold locked in flight)."""
+    workers = 8
+    now = 100_000
+    stores = [PgJobStore(conn, schema=pgstore_schema) for conn in connections[:workers]]
+    due: dict[str, tuple[int, int]] = {}
+    with connections[-1].transaction():
+        loader = PgJobStore(connections[-1], schema=pgstore_schema)
+        for n in range(900):
+            queue, priority = f"q{n % 3}", (n * 7 + trial) % 3
+            at = (n * 7_919 + trial) % 97
+            loader.schedule(f"j{n:04d}", at, queue=queue, priority=priority)
+            due[f"j{n:04d}"] = (priority, at)
+        for n in range(200):  # ahead in priority, not due: never leased, never in the way
+            loader.schedule(f"f{n:04d}", now + 1 + n, queue=f"q{n % 3}", priority=9)
+
+    barrier = threading.Barrier(workers, timeout=BARRIER_TIMEOUT)
+    lock = threading.Lock()
+    counted = [0]
+    counted_at_empty = [-1] * workers
+
+    def work(i: int) -> list[Job]:
+        got: list[Job] = []
+        barrier.wait()
+        while True:
+            if batch == 1:
+                job = stores[i].lease(f"w{i}", now, LEASE)
+                taken = [] if job is None else [job]
+            else:
+                taken = stores[i].lease_many(f"w{i}", now, LEASE, batch)
+            if not taken:
+                break
+            got.extend(taken)
+            with lock:
+                counted[0] += len(taken)
+        with lock:
+            counted_at_empty[i] = counted[0]
+        return got
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(work, i) for i in range(workers)]
+        per_worker = [f.result(timeout=300) for f in futures]
+
+    for i, at_empty in enumerate(counted_at_empty):
+        assert len(due) - at_empty <= (workers - 1) * batch, f"w{i} stopped early"
+    for i, got in enumerate(per_worker):
+        keys = [(-job.priority, job.dispatch_at, job.run_id) for job in got]
+        assert keys == sorted(keys), f"w{i} leased out of order"
+        for job in got:
+            assert (job.priority, job.dispatch_at) == due[job.run_id]
+            assert job.lease_holder == f"w{i}" and job.attempts == 1
+    run_ids = [job.run_id for got in per_worker for job in got]
+    assert len(run_ids) == len(set(run_ids)), "a job was leased twice"
+    assert set(run_ids) == set(due)
+    assert stores[0].lease("late", now, LEASE) is None

@@ -2,20 +2,25 @@
 
 The table is filled with 100,000 dispatched jobs, 5,000 jobs cancelled before
 dispatch and a handful of pending ones, then analysed. The lease statement is
-taken from the installed ``job_lease`` function itself (``pg_proc.prosrc``),
+taken from the installed ``job_lease`` and ``job_lease_take`` functions themselves (``pg_proc.prosrc``),
 so these tests follow the function if its body changes. They prove that:
 
 * its plan, both custom (literal values) and generic (``PREPARE`` with
   ``plan_cache_mode = force_generic_plan``, as a long-lived plpgsql session
-  ends up running it), scans the candidate subquery with the partial index
-  ``jobs_pending_by_dispatch_at`` and has no sequential scan of ``jobs``;
+  may end up running it), scans the candidate subquery with the partial index
+  of its group (``jobs_pending_by_dispatch_at`` for the default group, queue
+  ``'default'`` at priority 0; ``jobs_pending_by_queue`` for the others) and
+  has no sequential scan of ``jobs``;
 * the candidate subquery (``SELECT … FOR UPDATE SKIP LOCKED``), run for real,
   touches fewer than 50 shared buffers (a sequential scan, or a walk of a
   plain ``dispatch_at`` index through the history, touches hundreds to
   thousands);
 * ``job_lease`` on that table hands out the due jobs earliest first, ties by
   run_id in code-point order, takes a lease that ends exactly now, skips a live
-  lease, cancelled, dispatched and future jobs, then answers nothing.
+  lease, cancelled, dispatched and future jobs, then answers nothing;
+* a whole ``job_lease`` call past 5,000 future jobs of a higher priority and
+  beside a second queue reads fewer than 100 shared buffers and leases the due
+  job of the highest priority.
 
 Every test runs in a transaction it rolls back, so the table stays as filled.
 """
@@ -34,6 +39,8 @@ from psycopg import sql
 from pgstore.testing import drop_schema, install_schema
 
 PENDING_INDEX = "jobs_pending_by_dispatch_at"
+#: Where the jobs outside the default group wait.
+GROUP_INDEX = "jobs_pending_by_queue"
 DISPATCHED = 100_000
 CANCELLED = 5_000
 NOW = 200_000
@@ -114,33 +121,44 @@ def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connecti
 # -- the statement under test ---------------------------------------------------------
 
 
-def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The UPDATE in the installed job_lease's body (the one on the search_path): the
-    statement its ``RETURN QUERY`` runs, or, from pgstore_0014, the UPDATE … RETURNING
-    inside the one WITH query it runs (which leaves out a job the UPDATE failed)."""
+def lease_statement(conn: psycopg.Connection[Any], group: bool = False) -> str:
+    """The walk that picks and locks the row to lease. Of the default group (queue
+    ``'default'`` at priority 0, every job here): the scalar ``(SELECT … FOR UPDATE SKIP
+    LOCKED)`` in the installed ``job_lease``'s body, its common case. Of another group
+    (``group``): the second ``ARRAY(SELECT … SKIP LOCKED)`` in ``job_lease_take``'s body
+    (from pgstore_0019), the group's queue and priority as literals (``'q'``, 0)."""
+    if not group:
+        row = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid ="
+            " 'job_lease(text, bigint, bigint, text[])'::regprocedure"
+        ).fetchone()
+        assert row is not None
+        found = re.search(r"=\s*\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+                          re.S | re.I)
+        assert found, f"no `= (SELECT … SKIP LOCKED)` in job_lease's body:\n{row[0]}"
+        return found.group(1)
     row = conn.execute(
-        "SELECT prosrc FROM pg_proc WHERE oid = 'job_lease(text, bigint, bigint)'::regprocedure"
+        "SELECT prosrc FROM pg_proc WHERE oid ="
+        " 'job_lease_take(text, bigint, bigint, integer, text[])'::regprocedure"
     ).fetchone()
     assert row is not None
-    found = re.search(
-        r"RETURN\s+QUERY\s+(?:WITH\s+\w+\s+AS\s+\(\s*)?(UPDATE\s+jobs\b.*?RETURNING\s+j\.\*)",
-        row[0], re.S | re.I)
-    assert found, f"no `RETURN QUERY … UPDATE jobs … RETURNING` in job_lease's body:\n{row[0]}"
-    return found.group(1)
+    walks = re.findall(r"ARRAY\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+                       re.S | re.I)
+    assert len(walks) >= 2, f"no group walk in job_lease_take's body:\n{row[0]}"
+    return (str(walks[1]).replace("v_queues[1]", "'q'").replace("v_prios[1]", "0")
+            .replace("p_now", "v_now").replace("p_limit", "1"))
 
 
 def candidate_subquery(statement: str) -> str:
-    """The ``SELECT … FOR UPDATE SKIP LOCKED`` that picks the row to lease."""
-    found = re.search(r"\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", statement,
-                      re.S | re.I)
-    assert found, f"no `(SELECT … SKIP LOCKED)` in the lease statement:\n{statement}"
-    return found.group(1)
+    """The ``SELECT … FOR UPDATE SKIP LOCKED`` that picks the row to lease (from
+    pgstore_0019 the lease statement is that walk itself)."""
+    return statement
 
 
-# What job_lease's plpgsql variables hold when it runs at NOW.
-VARIABLES: dict[str, Any] = {"p_holder": "plan-test", "v_now": NOW, "v_until": NOW + TTL}
-#: Their types: a parameter in a CASE branch would otherwise be read as text.
-TYPES = {"p_holder": "text", "v_now": "bigint", "v_until": "bigint"}
+# What job_lease's plpgsql variables hold when job_lease runs at NOW.
+VARIABLES: dict[str, Any] = {"v_now": NOW}
+#: Their types.
+TYPES = {"v_now": "bigint"}
 
 
 def with_literals(conn: psycopg.Connection[Any], text: str) -> str:
@@ -212,23 +230,22 @@ def shared_buffers(node: dict[str, Any]) -> int:
 # -- tests ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["default-group", "other-group"])
 @pytest.mark.parametrize("plan_kind", ["custom", "generic"])
 def test_lease_scans_the_pending_index_not_the_table(
-    conn: psycopg.Connection[Any], plan_kind: str
+    conn: psycopg.Connection[Any], plan_kind: str, group: bool
 ) -> None:
-    statement = lease_statement(conn)
+    statement = lease_statement(conn, group)
     if plan_kind == "custom":
         to_explain = with_literals(conn, statement)
     else:
         to_explain = prepare_generic(conn, "lease_generic", statement)
     plan = explain(conn, "COSTS true", to_explain)["Plan"]
 
+    index = GROUP_INDEX if group else PENDING_INDEX
     assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
-    candidates = subplans(plan)
-    assert candidates, f"no InitPlan/SubPlan for the candidate subquery in\n{plan}"
-    assert any(uses_pending_index(sub) for sub in candidates), (
-        f"the candidate subquery does not use {PENDING_INDEX}:\n{candidates}"
-    )
+    assert any(n.get("Index Name") == index for n in nodes(plan)), (
+        f"the lease walk does not use {index}:\n{plan}")
 
 
 @pytest.mark.parametrize("plan_kind", ["custom", "generic"])
@@ -263,3 +280,30 @@ def test_job_lease_hands_out_due_jobs_earliest_first(conn: psycopg.Connection[An
         assert (holder, until) == ("plan-test", NOW + TTL)
         leased.append(run_id)
     assert leased == LEASE_ORDER, f"leased {leased}, expected {LEASE_ORDER}"
+
+
+def test_a_lease_reads_few_buffers_past_future_jobs_of_a_higher_priority(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """5,000 jobs at priority 10 not due yet and 2,000 due at priority 5 in another queue
+    (besides the history): the whole job_lease call, run for real, reads a few buffers per
+    (queue, priority) group, never the future ones' entries (an index on priority, then
+    dispatch_at, would walk all 5,000 before the first due job), and leases the due job
+    of the highest priority."""
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, priority) SELECT 'future-' || g,"
+        " %s + g, 10 FROM generate_series(1, 5000) AS g", [NOW])
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, queue, priority) SELECT 'other-' ||"
+        " lpad(g::text, 4, '0'), g, 'other', 5 FROM generate_series(1, 2000) AS g")
+    # A first lease (of other-0001) plans every statement: the measured call's buffers
+    # are then its reads of the table, not the catalog's.
+    first = conn.execute("SELECT run_id FROM job_lease('warm-up', %s, %s)", [NOW, TTL])
+    assert first.fetchall() == [("other-0001",)]
+    plan = explain(conn, "ANALYZE, BUFFERS, TIMING false",
+                   f"SELECT run_id FROM job_lease('plan-test', {NOW}, {TTL})")["Plan"]
+    buffers = shared_buffers(plan)
+    assert buffers < 2 * MAX_BUFFERS, f"{buffers} shared buffers for one lease:\n{plan}"
+    leased = conn.execute(
+        "SELECT run_id FROM jobs WHERE lease_holder = 'plan-test'").fetchall()
+    assert leased == [("other-0002",)]

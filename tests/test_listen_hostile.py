@@ -15,7 +15,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -67,10 +67,12 @@ class CountingJobStore(PgJobStore):
         self._lock = threading.Lock()
         self.leases = 0
 
-    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+    def lease(
+        self, holder: str, now: int | None, ttl_ms: int, queues: Sequence[str] | None = None
+    ) -> Job | None:
         with self._lock:
             self.leases += 1
-        return super().lease(holder, now, ttl_ms)
+        return super().lease(holder, now, ttl_ms, queues)
 
 
 @pytest.fixture

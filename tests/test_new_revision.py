@@ -193,7 +193,7 @@ def test_a_generated_revision_migrates_up_to_sql_and_back_down_to_the_head(
     before = _catalog(dsn, "rev_cycle")
     _migrate(dsn, "rev_cycle", tree, "head", client_role=True)
     for signature in ("job_count_due(bigint)", "job_get(text, boolean)", "job_channel()",
-                      "job_lease(text, bigint, bigint)"):
+                      "job_lease(text, bigint, bigint, text[])"):
         assert _executes(dsn, role, f"rev_cycle.{signature}"), signature
     _migrate(dsn, "rev_cycle", tree, "-1", down=True, client_role=True)
     after = _catalog(dsn, "rev_cycle")

@@ -69,9 +69,14 @@ API_CALLS = [
     "job_mark_dispatched_many(ARRAY['m'], 'h', ARRAY['w'])",
     "job_schedule('x', 0)",
     "job_remove('x')",
+    "job_schedule('q', 0, NULL, 'provider', 5, '{\"seat\": 3}')",
+    "job_lease_many('h', 10, 1000, 5, ARRAY['provider'])",
+    "queue_pause('provider')",
+    "queue_list(NULL)",
+    "queue_resume('provider')",
 ]
 TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "job_fences", "store_epoch",
-          "job_history"]
+          "job_history", "queues"]
 #: The helpers the API functions call: internal, granted to no one.
 HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
@@ -86,6 +91,7 @@ FIRST_COLUMN = {
     "store_settings": "max_clock_skew_ms", "job_fences": "lease_sequence",
     "store_epoch": "epoch",
     "job_history": "upto",
+    "queues": "queue",
 }
 
 
@@ -156,7 +162,8 @@ def test_the_migration_creates_a_nologin_client_role(shop: tuple[str, Roles]) ->
     for name, secdef, config in definers:
         helper = name in INLINED_HELPERS
         assert secdef is (not helper), name
-        assert config == (None if helper else [f"search_path={SCHEMA}, pg_temp"]), name
+        pinned = [f"search_path={SCHEMA}, pg_temp"]
+        assert config == (None if helper else pinned), name
 
 
 def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles]) -> None:
@@ -374,7 +381,7 @@ def test_a_client_cannot_lift_the_bound_on_now(shop: tuple[str, Roles]) -> None:
             "SELECT count(*) FROM shop.job_lease('h', NULL, 1000)").fetchone() == (0,)
     with psycopg.connect(dsn) as admin:
         assert admin.execute("SELECT * FROM shop.store_settings").fetchall() == [
-            (True, 60000, 25, None)]
+            (True, 60000, 25, None, 65536)]
 
 
 def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Roles]) -> None:

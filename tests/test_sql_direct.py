@@ -339,9 +339,10 @@ def test_job_lease_dispatch_cycle(db: psycopg.Connection[Any]) -> None:
     row = db.execute("SELECT * FROM job_lease('dispatcher-1', 36000000, 30000)").fetchone()
     # The lease sequence comes after the other columns (the first lease is 1), then
     # finished_at (NULL while the job waits), then attempts (this lease counted),
-    # max_attempts (the store default), last_error and failed.
+    # max_attempts (the store default), last_error and failed; from pgstore_0019 the
+    # queue, priority and payload (the defaults: 'default', 0, none).
     assert row == ("meeting-R", 36000000, "dispatcher-1", 36030000, None, False, False, 1, None,
-                   1, 25, None, False)
+                   1, 25, None, False, "default", 0, None)
     assert db.execute("SELECT job_renew('meeting-R', 'dispatcher-1', 36010000, 30000)").fetchone() == (True,)
     assert db.execute("SELECT * FROM job_mark_dispatched('meeting-R', 'dispatcher-1', 'bot-9')").fetchone() == (False, True)
     assert db.execute("SELECT job_cancel('meeting-R')").fetchone() == ("already_dispatched",)
@@ -416,26 +417,34 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
 
 
 @pytest.mark.parametrize(
-    ("file", "fn"),
+    ("file", "fn", "updates", "locks"),
     [
-        ("11_schedule_functions.sql", "schedule_claim_due"),
-        ("11_schedule_functions.sql", "schedule_renew"),
-        ("11_schedule_functions.sql", "schedule_complete"),
-        ("21_job_functions.sql", "job_lease"),
+        ("11_schedule_functions.sql", "schedule_claim_due", 1, 0),
+        ("11_schedule_functions.sql", "schedule_renew", 1, 0),
+        ("11_schedule_functions.sql", "schedule_complete", 1, 0),
+        # From pgstore_0019 job_lease (and job_lease_many) run one UPDATE in the
+        # common case (every pending job in the default group) and otherwise call
+        # job_lease_take, which runs one of its two: one group, or several (a round).
+        ("21_job_functions.sql", "job_lease", 1, 1),
+        ("22_job_batches.sql", "job_lease_many", 1, 1),
+        ("21_job_functions.sql", "job_lease_take", 2, 3),
     ],
 )
-def test_claim_renew_complete_and_lease_are_single_update_statements(file: str, fn: str) -> None:
+def test_claim_renew_complete_and_lease_are_single_update_statements(
+    file: str, fn: str, updates: int, locks: int
+) -> None:
     from pgstore.schema.files import sql_dir
 
     text = (sql_dir() / file).read_text()
     body = text.split(f"CREATE FUNCTION {fn}(")[1].split("$$")[1]
     code = "\n".join(line.split("--")[0] for line in body.splitlines())
-    updates = code.count("UPDATE ") - code.count("FOR UPDATE")
-    assert updates == 1 and code.count("RETURNING") == 1, fn
+    found = code.count("UPDATE ") - code.count("FOR UPDATE")
+    assert found == updates and code.count("RETURNING") == updates, fn
     assert "advisory" not in code and "BEGIN;" not in code, fn
-    # job_lease's one UPDATE picks its row in a subquery FOR UPDATE SKIP LOCKED (docs/contract.md);
+    # Each lease UPDATE picks its rows in a subquery FOR UPDATE SKIP LOCKED: the
+    # default group's walk, another group's, or the merge of several (docs/contract.md);
     # the schedule functions lock nothing but the row they update.
-    assert code.count("FOR UPDATE") == (1 if fn == "job_lease" else 0), fn
+    assert code.count("FOR UPDATE") == locks, fn
 
 
 def test_job_schedule_notifies_job_channel_at_commit(

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from pgstore import AsyncPgJobStore, Job, MemoryJobStore, PgJobStore
 from pgstore.runtime import events as ev
@@ -72,8 +73,11 @@ class WakingMemoryJobStore(MemoryJobStore):
         self.made.append(wakeups)
         return wakeups
 
-    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
-        super().schedule(run_id, dispatch_at, max_attempts)
+    def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None,
+        queue: str | None = None, priority: int | None = None, payload: Any = None,
+    ) -> None:
+        super().schedule(run_id, dispatch_at, max_attempts, queue, priority, payload)
         for wakeups in self.made:
             wakeups.hint()
 

@@ -80,9 +80,15 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
     scale = results.get("scale")
     if scale:
         rows = f"{scale['big_rows']:,}"
-        for case in ("job_lease", "claim_due", "claim_next_100_no_ids"):
-            out.append(_target(f"{case} at {rows} rows / at {scale['small_rows']:,}",
-                               scale["cases"][case]["ratio"]["median"], "<=", 1.1))
+        for case in ("job_lease", "job_lease_future_priority", "claim_due",
+                     "claim_next_100_no_ids"):
+            if case in scale["cases"]:
+                out.append(_target(f"{case} at {rows} rows / at {scale['small_rows']:,}",
+                                   scale["cases"][case]["ratio"]["median"], "<=", 1.1))
+        batch = scale.get("lease_mark_batch")
+        if batch:
+            out.append(_target(f"lease_many+mark_many per job, head / {batch['before_revision']}",
+                               batch["ratio"]["median"], "<=", 1.1))
     hot = results.get("hot")
     if hot:
         out.append(_target("claims HOT share", hot["claims_hot_share"]["ratio"], ">=", 0.95))

@@ -2,6 +2,11 @@
 
 * ``job_lease`` (then ``job_mark_dispatched``, untimed) with ``scale_due`` due
   jobs beside ``scale_rows`` dispatched ones, against the due jobs alone;
+* the same with, besides, ``scale_rows // 10`` jobs not due yet at a higher
+  priority (issue 25: the lease must not walk them on the way to the due ones);
+* the batched path, ``job_lease_many(100)`` then ``job_mark_dispatched_many``
+  (timed together, per job), on a schema at ``pgstore_0018`` (before queues)
+  and on one at the head, side by side (``lease_mark_batch``);
   and, to show why the jobs table wants a prompt autovacuum, the same after
   the history was dispatched by UPDATE with no VACUUM since (its dead entries
   still in the pending index);
@@ -59,6 +64,15 @@ def _fill_jobs(conn: Conn, s: str, due: int, history: int, dead: bool) -> None:
         conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
 
 
+def _fill_future_priority(conn: Conn, s: str, rows: int) -> None:
+    """``rows`` jobs at priority 10, due after NOW: ahead of every due job in lease order
+    by priority, but not leasable."""
+    conn.execute(
+        f"INSERT INTO {s}.jobs (run_id, dispatch_at, priority) SELECT 'f-' || i,"
+        f" {NOW} + i, 10 FROM generate_series(1, {rows}) i".encode())
+    conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+
+
 def _fill_schedules(conn: Conn, s: str, rows: int) -> None:
     conn.execute(
         f"INSERT INTO {s}.schedules (id, kind, spec, next_run_at, updated_at)"
@@ -67,11 +81,24 @@ def _fill_schedules(conn: Conn, s: str, rows: int) -> None:
     conn.execute(f"VACUUM (ANALYZE) {s}.schedules".encode())
 
 
+#: The revision before queues (pgstore_0019): the batched path's "before".
+BEFORE_QUEUES = "pgstore_0018"
+#: Jobs per batched lease (then one batched mark).
+BATCH = 100
+
+
 class Variant:
-    def __init__(self, cfg: Settings, part: str) -> None:
+    def __init__(self, cfg: Settings, part: str, revision: str | None = None) -> None:
         self.schema = schema_name(part)
         self.s = ident(self.schema)
-        fresh_store_schema(cfg.dsn, self.schema)
+        if revision is None:
+            fresh_store_schema(cfg.dsn, self.schema)
+        else:
+            from pgstore.schema.migrations import migrate
+
+            with connect(cfg.dsn) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {self.s} CASCADE".encode())
+            migrate(cfg.dsn, self.schema, revision, client_role=False)
         self.conn = connect(cfg.dsn)
 
     def close(self) -> None:
@@ -84,13 +111,21 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
     rng = random.Random(42)
     variants: dict[str, Variant] = {}
     try:
-        for part in ("scale_jobs_small", "scale_jobs_big", "scale_jobs_dead",
-                     "scale_sched_small", "scale_sched_big"):
+        for part in ("scale_jobs_small", "scale_jobs_big", "scale_jobs_dead", "scale_jobs_prio",
+                     "scale_sched_small", "scale_sched_big", "scale_batch_head"):
             variants[part] = Variant(cfg, part)
+        variants["scale_batch_before"] = Variant(cfg, "scale_batch_before", BEFORE_QUEUES)
         cfg.log(f"  scale: filling {big:,} rows (generate_series)...")
         _fill_jobs(variants["scale_jobs_small"].conn, variants["scale_jobs_small"].s, due, 0,
                    False)
         _fill_jobs(variants["scale_jobs_big"].conn, variants["scale_jobs_big"].s, due, big, False)
+        _fill_jobs(variants["scale_jobs_prio"].conn, variants["scale_jobs_prio"].s, due, big, False)
+        _fill_future_priority(variants["scale_jobs_prio"].conn, variants["scale_jobs_prio"].s,
+                              max(big // 10, 1))
+        n_batches = max(cfg.calls // 20, 3)
+        batch_jobs = BATCH * n_batches * (cfg.repeats + 1)
+        for part in ("scale_batch_before", "scale_batch_head"):
+            _fill_jobs(variants[part].conn, variants[part].s, batch_jobs, 0, False)
         _fill_jobs(variants["scale_jobs_dead"].conn, variants["scale_jobs_dead"].s, due, big, True)
         _fill_schedules(variants["scale_sched_small"].conn, variants["scale_sched_small"].s, small)
         _fill_schedules(variants["scale_sched_big"].conn, variants["scale_sched_big"].s, big)
@@ -124,6 +159,19 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
                 assert got, sid
             return t.mean_us
 
+        def lease_mark_many(v: Variant, n: int) -> float:
+            """µs per job of ``job_lease_many(BATCH)`` then ``job_mark_dispatched_many``."""
+            t = Timer()
+            lease = f"SELECT run_id FROM {v.s}.job_lease_many('bench', %s, 60000, {BATCH})"
+            mark = (f"SELECT recorded FROM {v.s}.job_mark_dispatched_many(%s, 'bench',"
+                    f" array_fill('w'::text, ARRAY[{BATCH}]), NULL)")
+            for _ in range(n):
+                with t.timing():
+                    got = [r[0] for r in v.conn.execute(lease, (NOW,)).fetchall()]
+                    marked = v.conn.execute(mark, (got,)).fetchall()
+                assert len(got) == BATCH and all(r[0] for r in marked), len(got)
+            return t.mean_us / BATCH
+
         ids = [f"s-{i:07d}" for i in range(due)]
 
         def next_batch(v: Variant, with_ids: bool, n: int) -> float:
@@ -137,14 +185,17 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
             return t.mean_us
 
         n = max(cfg.calls // 2, 5)
-        # The small jobs table serves both job cases: its due jobs must last every round.
-        n_jobs = max(min(n, due // (2 * (cfg.repeats + 1))), 2)
+        # The small jobs table serves the three job cases: its due jobs must last every round.
+        n_jobs = max(min(n, due // (3 * (cfg.repeats + 1))), 2)
         n_scan = max(3, n // 10)
         cases: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
             "job_lease": (lambda: lease_batch(variants["scale_jobs_small"], n_jobs),
                           lambda: lease_batch(variants["scale_jobs_big"], n_jobs)),
             "job_lease_unvacuumed": (lambda: lease_batch(variants["scale_jobs_small"], n_jobs),
                                      lambda: lease_batch(variants["scale_jobs_dead"], n_jobs)),
+            "job_lease_future_priority": (
+                lambda: lease_batch(variants["scale_jobs_small"], n_jobs),
+                lambda: lease_batch(variants["scale_jobs_prio"], n_jobs)),
             "claim_due": (lambda: claim_batch(variants["scale_sched_small"], small, n),
                           lambda: claim_batch(variants["scale_sched_big"], big, n)),
             "claim_next_100_with_ids": (
@@ -160,21 +211,32 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
         for a, b in cases.values():
             a()
             b()
+        before, after = variants["scale_batch_before"], variants["scale_batch_head"]
+        lease_mark_many(before, n_batches)
+        lease_mark_many(after, n_batches)
         raw: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in cases}
+        batch_raw: tuple[list[float], list[float]] = ([], [])
         for rep in range(cfg.repeats):
             for name, (a, b) in cases.items():
                 raw[name][0].append(a())
                 raw[name][1].append(b())
+            # Alternated, so drift on a shared machine falls on both alike.
+            pair = (before, after) if rep % 2 == 0 else (after, before)
+            for v in pair:
+                batch_raw[0 if v is before else 1].append(lease_mark_many(v, n_batches))
             cfg.log(f"  scale: repeat {rep + 1}/{cfg.repeats} done")
         plans = {
             "job_lease_big": _plan(variants["scale_jobs_big"], "job_lease"),
+            "job_lease_future_priority": _call_plan(variants["scale_jobs_prio"]),
             "job_lease_unvacuumed": _plan(variants["scale_jobs_dead"], "job_lease"),
             "claim_next_no_ids_big": _plan(variants["scale_sched_big"], "claim_next"),
         }
         sizes = {
             name: {"rows": r, "total_bytes": _size(variants[name])}
             for name, r in (("scale_jobs_small", due), ("scale_jobs_big", due + big),
-                            ("scale_jobs_dead", due + big), ("scale_sched_small", small),
+                            ("scale_jobs_dead", due + big),
+                            ("scale_jobs_prio", due + big + max(big // 10, 1)),
+                            ("scale_sched_small", small),
                             ("scale_sched_big", big))
         }
         return {
@@ -188,12 +250,34 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
                        "ratio": summarize([y / x for x, y in zip(a, b, strict=True)])}
                 for name, (a, b) in raw.items()
             },
+            "lease_mark_batch": {
+                "unit": f"us per job, job_lease_many({BATCH}) + job_mark_dispatched_many",
+                "before_revision": BEFORE_QUEUES,
+                "batches_per_repeat": n_batches,
+                "before_us": summarize(batch_raw[0]),
+                "after_us": summarize(batch_raw[1]),
+                "ratio": summarize([y / x for x, y in zip(*batch_raw, strict=True)]),
+            },
+            "future_priority_jobs": max(big // 10, 1),
             "plans": plans,
             "sizes": sizes,
         }
     finally:
         for v in variants.values():
             v.close()
+
+
+def _call_plan(v: Variant) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of one whole job_lease call (its buffers are the
+    function's), rolled back."""
+    v.conn.execute(b"BEGIN")
+    try:
+        rows = v.conn.execute(
+            f"EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM {v.s}.job_lease('explain', {NOW}, 60000)"
+            .encode()).fetchall()
+        return [str(r[0]) for r in rows]
+    finally:
+        v.conn.execute(b"ROLLBACK")
 
 
 def _size(v: Variant) -> int:
@@ -205,14 +289,14 @@ def _size(v: Variant) -> int:
 
 
 def lease_statement(conn: Conn, s: str, now: int = NOW) -> str:
-    """The UPDATE of the job_lease installed in schema ``s`` (quoted), at ``now``, with
+    """The lease walk of the job_lease installed in schema ``s`` (quoted), at ``now``, with
     literal values; run it with ``search_path`` at ``s`` (inside a transaction:
     ``SET LOCAL search_path`` first). Read from the function, so it never drifts."""
     from pgstore.bench.plan_1m import VARIABLE
     from pgstore.bench.plan_1m import lease_statement as installed
 
     conn.execute(f"SET LOCAL search_path = {s}".encode())
-    values = {"p_holder": "'explain'", "v_now": str(now), "v_until": str(now + 60000)}
+    values = {"v_now": str(now)}
     return VARIABLE.sub(lambda m: values[m.group(0)], installed(conn))
 
 

@@ -29,23 +29,23 @@ DISPATCHED = 1_000_000
 DUE = 1_000
 NOW = 2_000_000
 TTL = 30_000
-VARIABLES: dict[str, Any] = {"p_holder": "bench", "v_now": NOW, "v_until": NOW + TTL}
+VARIABLES: dict[str, Any] = {"v_now": NOW}
 VARIABLE = re.compile(r"\b[pv]_\w+\b")
 
 
 def lease_statement(conn: psycopg.Connection[Any]) -> str:
-    """The UPDATE … RETURNING in the installed job_lease's body."""
+    """The walk that picks and locks the job to lease in the common case, every pending
+    job in the default group (queue ``'default'`` at priority 0): the scalar ``(SELECT …
+    FOR UPDATE SKIP LOCKED)`` in the installed ``job_lease``'s body (from pgstore_0019)."""
     row = conn.execute(
-        "SELECT prosrc FROM pg_proc WHERE oid = 'job_lease(text, bigint, bigint)'::regprocedure"
+        "SELECT prosrc FROM pg_proc WHERE oid ="
+        " 'job_lease(text, bigint, bigint, text[])'::regprocedure"
     ).fetchone()
     assert row is not None
-    # From pgstore_0014 the UPDATE sits in a WITH (a job out of attempts is failed by
-    # it and left out of the answer): the statement shown is the UPDATE … RETURNING.
-    found = re.search(
-        r"RETURN\s+QUERY\s+(?:WITH\s+\w+\s+AS\s+\(\s*)?(UPDATE\s+jobs\b.*?RETURNING\s+j\.\*)",
-        row[0], re.S | re.I)
+    found = re.search(r"=\s*\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
+                      re.S | re.I)
     if not found:
-        raise SystemExit(f"no `RETURN QUERY … UPDATE jobs … RETURNING` in job_lease:\n{row[0]}")
+        raise SystemExit(f"no `= (SELECT … SKIP LOCKED)` in job_lease:\n{row[0]}")
     return found.group(1)
 
 

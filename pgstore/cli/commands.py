@@ -150,10 +150,11 @@ from pgstore.cli.format import (
     jobs_table,
     lease_state,
     parse_when,
+    queues_table,
     schedules_table,
 )
 from pgstore.errors import PgStoreError
-from pgstore.models import Job, JobFilter, JobPage, ScheduleRecord
+from pgstore.models import Job, JobFilter, JobPage, QueueInfo, ScheduleRecord
 from pgstore.schema.objects import DEFAULT_SCHEMA
 
 if TYPE_CHECKING:
@@ -477,6 +478,52 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
                      errors=selected == "failed"))
     if total > len(jobs):
         print(f"... {total - len(jobs)} more (--limit N shows N, --limit 0 all)")
+    return 0
+
+
+def _queues_json(schema: str, now: int, queues: list[QueueInfo]) -> dict[str, Any]:
+    from pgstore.cli.output import instant
+
+    return {"schema": schema, **instant("now", now),
+            "queues": [{"queue": q.queue, "waiting": q.depth, "due": q.due,
+                        "leased": q.leased, "paused": q.paused} for q in queues]}
+
+
+def _cmd_queues(args: argparse.Namespace) -> int:
+    if args.action is not None:
+        status: int = args.action(args)
+        return status
+    with _job_store(args) as store:
+        now = store.now_ms()
+        queues = store.list_queues(now)
+    if args.json:
+        _print_json(_queues_json(args.schema, now, queues))
+        return 0
+    print(_header(args.schema, now))
+    if not queues:
+        print("no queues (no waiting job, none paused)")
+        return 0
+    print(queues_table(queues, _width(args)))
+    return 0
+
+
+def _cmd_queue_switch(args: argparse.Namespace) -> int:
+    """``pgstore queues pause|resume QUEUE``: one call, then the queue's line."""
+    pause = args.queue_action == "pause"
+    with _job_store(args) as store:
+        changed = store.pause_queue(args.queue) if pause else store.resume_queue(args.queue)
+        now = store.now_ms()
+        queues = [q for q in store.list_queues(now) if q.queue == args.queue]
+    word = "paused" if pause else "resumed"
+    what = f"is {word}" if changed else (
+        "was already paused: nothing changed" if pause
+        else "was not paused: nothing changed")
+    if args.json:
+        _print_json({**_queues_json(args.schema, now, queues), "result": what})
+        return 0
+    print(f"schema {args.schema!r}: queue {args.queue!r} {what}")
+    if queues:
+        print(queues_table(queues, _width(args)))
     return 0
 
 
@@ -920,6 +967,32 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("id", metavar="ID")
         views(sub)
         sub.set_defaults(action=action)
+
+    queues = commands.add_parser(
+        "queues",
+        parents=[common],
+        help="list the job queues (or pause, resume one)",
+        description=(
+            "Without an action: one line per queue that holds waiting jobs or was ever "
+            "paused, by name (one call of queue_list(), which reads every waiting job): "
+            "waiting (not dispatched, cancelled or failed), due (of those, due now and not "
+            "held by a live lease), leased (under a live lease) and paused. The actions "
+            "take their own --dsn and --schema: pgstore queues pause QUEUE --dsn DSN."),
+    )
+    views(queues, wide=True)
+    queues.set_defaults(run=_cmd_queues, action=None)
+    queue_actions = queues.add_subparsers(dest="queue_action", metavar="ACTION", required=False)
+    queue_quiet = _common_options(argparse.SUPPRESS)
+    for name, text in (
+        ("pause", "stop leasing QUEUE's jobs (queue_pause): leases already held run on; "
+                  "already paused: nothing changes"),
+        ("resume", "lease QUEUE's jobs again (queue_resume) and wake idle dispatchers; "
+                   "not paused: nothing changes"),
+    ):
+        sub = queue_actions.add_parser(name, parents=[queue_quiet], help=text, description=text)
+        sub.add_argument("queue", metavar="QUEUE")
+        views(sub, wide=True)
+        sub.set_defaults(action=_cmd_queue_switch)
 
     jobs = commands.add_parser(
         "jobs",

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 
-from pgstore.models import Job, ScheduleRecord
+from pgstore.models import Job, QueueInfo, ScheduleRecord
 
 #: What a table shows for a NULL.
 NULL = "-"
@@ -458,3 +458,22 @@ def parse_when(text: str) -> tuple[int | None, int]:
         )
     delta = parsed - _EPOCH
     return delta // timedelta(milliseconds=1), 0
+
+
+QUEUE_COLUMNS = ("queue", "waiting", "due", "leased", "paused")
+
+
+def queues_table(queues: Sequence[QueueInfo], width: int | None = None) -> str:
+    """The queues as an aligned text table (header, rule, one line per queue, by name):
+    ``waiting`` is the depth (jobs not dispatched, cancelled or failed), ``due`` those
+    due and not held, ``leased`` those under a live lease, ``paused`` yes or no. Queue
+    names are cut in the middle to fit ``width`` characters (``fitted``)."""
+
+    def rows(limit: int | None) -> list[tuple[str, ...]]:
+        return [
+            (clip_middle(q.queue, limit), str(q.depth), str(q.due), str(q.leased),
+             "yes" if q.paused else "no")
+            for q in queues
+        ]
+
+    return fitted(QUEUE_COLUMNS, rows, width)

@@ -6,19 +6,24 @@ contract in plain Python: same answers, same state, same bad-input rules.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument, JobNotRemovable
 from pgstore.memory.schedules import wall_clock_ms
 from pgstore.models import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_QUEUE,
     ERROR_MAX_CHARS,
     CancelResult,
     Job,
     MarkResult,
+    QueueInfo,
     RetryResult,
 )
 
@@ -72,6 +77,17 @@ def _not_removable(job: Job) -> str | None:
     return f"job {quoted} is {state}: job_remove deletes only a waiting job that holds no lease"
 
 
+def _lease_order(job: Job) -> tuple[int, int, str]:
+    """Lease order: highest priority first, then earliest dispatch_at, then run_id."""
+    return (-job.priority, job.dispatch_at, job.run_id)
+
+
+def _decoded(encoded: str | None) -> Any:
+    """The payload as a PostgreSQL store answers it: its JSON text decoded again (a
+    fresh copy, tuples as lists), None for none."""
+    return None if encoded is None else json.loads(encoded)
+
+
 def _check_max_attempts(max_attempts: object) -> None:
     """None (the store default) or a positive integer within SQL's integer."""
     if max_attempts is not None:
@@ -86,11 +102,18 @@ class MemoryJobStore:
     PostgreSQL's ``job_fences``, it keeps the greatest lease sequence of the jobs it
     deleted (``remove``, ``purge``, ``forget``) and leases above it, so a run_id that
     comes back never repeats a lease sequence. It has no bound on leases (nor on
-    ``now``): one process, one clock."""
+    ``now``): one process, one clock. ``max_payload_bytes`` bounds a payload's JSON text
+    (PostgreSQL's ``store_settings.max_payload_bytes``)."""
 
-    def __init__(self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+    def __init__(
+        self, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.default_max_attempts = v.positive(
             "default_max_attempts", default_max_attempts, maximum=v.INTEGER_MAX
+        )
+        self.max_payload_bytes = v.positive(
+            "max_payload_bytes", max_payload_bytes, maximum=v.INTEGER_MAX
         )
         self._jobs: dict[str, Job] = {}
         #: finished_at by run_id (this process's clock), also on each finished ``Job``:
@@ -98,6 +121,8 @@ class MemoryJobStore:
         self._finished: dict[str, int] = {}
         #: The greatest lease_sequence of any job deleted (SQL's job_fences.lease_sequence).
         self._fence = 0
+        #: Every queue ever paused, and whether it is now (SQL's queues table).
+        self._queues: dict[str, bool] = {}
         self._lock = threading.Lock()
 
     def _finish(self, run_id: str, job: Job) -> None:
@@ -109,10 +134,18 @@ class MemoryJobStore:
     def start(self) -> None:
         """Nothing to set up."""
 
-    def schedule(self, run_id: str, dispatch_at: int, max_attempts: int | None = None) -> None:
+    def schedule(
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None,
+        queue: str | None = None, priority: int | None = None, payload: Any = None,
+    ) -> None:
         v.name("run_id", run_id)
         v.present_int("dispatch_at", dispatch_at)
         _check_max_attempts(max_attempts)
+        if queue is not None:
+            v.name("queue", queue)
+        v.priority("priority", priority)
+        encoded = v.payload("payload", payload)
+        v.payload_size("payload", encoded, self.max_payload_bytes)
         with self._lock:
             current = self._jobs.get(run_id)
             if current is None:
@@ -122,29 +155,46 @@ class MemoryJobStore:
                     max_attempts=(
                         self.default_max_attempts if max_attempts is None else max_attempts
                     ),
+                    queue=DEFAULT_QUEUE if queue is None else queue,
+                    priority=0 if priority is None else priority,
+                    payload=_decoded(encoded),
                 )
             else:
                 self._jobs[run_id] = replace(
                     current, dispatch_at=dispatch_at,
                     max_attempts=current.max_attempts if max_attempts is None else max_attempts,
+                    queue=current.queue if queue is None else queue,
+                    priority=current.priority if priority is None else priority,
+                    payload=current.payload if encoded is None else _decoded(encoded),
                 )
 
-    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
+    def _leasable(self, at: int, queues: list[str] | None) -> list[Job]:
+        """The jobs a lease at ``at`` may take from ``queues`` (None: every queue), in
+        lease order (under the lock)."""
+        allowed = None if queues is None else set(queues)
+        return sorted(
+            (job for job in self._jobs.values()
+             if job.state == "waiting" and job.dispatch_at <= at
+             and (job.lease_until is None or job.lease_until <= at)
+             and (allowed is None or job.queue in allowed)
+             and not self._queues.get(job.queue, False)),
+            key=_lease_order,
+        )
+
+    def lease(
+        self, holder: str, now: int | None, ttl_ms: int, queues: Sequence[str] | None = None
+    ) -> Job | None:
         v.name("holder", holder)
         v.integer("now", now)
         v.positive("ttl_ms", ttl_ms)
+        wanted = v.queues("queues", queues)
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
         with self._lock:
-            leasable = [
-                job for job in self._jobs.values()
-                if job.state == "waiting" and job.dispatch_at <= at
-                and (job.lease_until is None or job.lease_until <= at)
-            ]
+            leasable = self._leasable(at, wanted)
             if not leasable:
                 return None
-            first = min(leasable, key=lambda job: (job.dispatch_at, job.run_id))
-            return self._take(first, holder, until)
+            return self._take(leasable[0], holder, until)
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -318,14 +368,32 @@ class MemoryJobStore:
 
     # --- batches (sql/22_job_batches.sql): the single-job rules, for each job ----------
 
-    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+    def schedule_many(
+        self, run_ids: Sequence[str], dispatch_at: Sequence[int], queue: str | None = None,
+        priority: int | None = None, payloads: Sequence[Any] | None = None,
+    ) -> None:
         ids = v.run_ids(run_ids)
         v.integer_list("dispatch_at", dispatch_at)
         times = v.same_length("dispatch_at", dispatch_at, len(ids))
         if any(t is None for t in times):
             raise InvalidArgument("dispatch_at must not hold a null")
+        if queue is not None:
+            v.name("queue", queue)
+        v.priority("priority", priority)
+        encoded: list[str | None] = [None] * len(ids)
+        if payloads is not None:
+            if not isinstance(payloads, (list, tuple)):
+                raise InvalidArgument(
+                    f"payloads must be a list, not {type(payloads).__name__}")
+            encoded = [v.payload("payloads", p) for p in payloads]
+            v.same_length("payloads", encoded, len(ids))
+            for e in encoded:
+                if e is not None and len(e.encode("utf-8")) > self.max_payload_bytes:
+                    raise InvalidArgument(
+                        f"payloads must hold payloads of at most {self.max_payload_bytes}"
+                        " bytes as JSON text (store_settings.max_payload_bytes)")
         with self._lock:
-            for run_id, at in zip(ids, times, strict=True):
+            for run_id, at, payload in zip(ids, times, encoded, strict=True):
                 assert isinstance(at, int)
                 current = self._jobs.get(run_id)
                 if current is None:
@@ -333,26 +401,33 @@ class MemoryJobStore:
                         run_id=run_id, dispatch_at=at, lease_holder=None, lease_until=None,
                         worker_id=None, dispatched=False, cancelled=False,
                         max_attempts=self.default_max_attempts,
+                        queue=DEFAULT_QUEUE if queue is None else queue,
+                        priority=0 if priority is None else priority,
+                        payload=_decoded(payload),
                     )
                 else:
-                    self._jobs[run_id] = replace(current, dispatch_at=at)
+                    self._jobs[run_id] = replace(
+                        current, dispatch_at=at,
+                        queue=current.queue if queue is None else queue,
+                        priority=current.priority if priority is None else priority,
+                        payload=current.payload if payload is None else _decoded(payload),
+                    )
 
-    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
+    def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int,
+        queues: Sequence[str] | None = None,
+    ) -> list[Job]:
         v.name("holder", holder)
         v.integer("now", now)
         v.positive("ttl_ms", ttl_ms)
         v.positive("limit", limit, maximum=v.INTEGER_MAX)
         if limit > v.BATCH_MAX:
             raise InvalidArgument(f"limit must be at most {v.BATCH_MAX}")
+        wanted = v.queues("queues", queues)
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
         with self._lock:
-            leasable = sorted(
-                (job for job in self._jobs.values()
-                 if job.state == "waiting" and job.dispatch_at <= at
-                 and (job.lease_until is None or job.lease_until <= at)),
-                key=lambda job: (job.dispatch_at, job.run_id),
-            )[:limit]
+            leasable = self._leasable(at, wanted)[:limit]
             taken = [self._take(job, holder, until) for job in leasable]
             return [job for job in taken if job is not None]
 
@@ -444,6 +519,46 @@ class MemoryJobStore:
         with self._lock:
             if run_id in self._jobs:
                 self._delete(run_id)
+
+    # --- queue controls (sql/23_queues.sql) ------------------------------------------
+
+    def pause_queue(self, queue: str) -> bool:
+        v.name("queue", queue)
+        with self._lock:
+            if self._queues.get(queue, False):
+                return False
+            self._queues[queue] = True
+            return True
+
+    def resume_queue(self, queue: str) -> bool:
+        v.name("queue", queue)
+        with self._lock:
+            if not self._queues.get(queue, False):
+                return False
+            self._queues[queue] = False
+            return True
+
+    def list_queues(self, now: int | None = None) -> list[QueueInfo]:
+        v.integer("now", now)
+        at = wall_clock_ms() if now is None else now
+        with self._lock:
+            counts: dict[str, list[int]] = {}
+            for job in self._jobs.values():
+                if job.state != "waiting":
+                    continue
+                c = counts.setdefault(job.queue, [0, 0, 0])
+                c[0] += 1
+                if _lease_live(job, at):
+                    c[2] += 1
+                elif job.dispatch_at <= at:
+                    c[1] += 1
+            names = sorted(set(counts) | set(self._queues))
+            return [
+                QueueInfo(queue=q, depth=counts.get(q, [0])[0],
+                          due=counts.get(q, [0, 0])[1], leased=counts.get(q, [0, 0, 0])[2],
+                          paused=self._queues.get(q, False))
+                for q in names
+            ]
 
     def now_ms(self) -> int:
         """This process's clock in epoch ms."""

@@ -18,9 +18,11 @@ CHECK_LENGTH = Function("check_length", ("text", "text"))
 CHECK_NAME = Function("check_name", ("text", "text"))
 CHECK_NOW = Function("check_now", ("bigint",))
 CHECK_ONE_OF = Function("check_one_of", ("text", "text", "text[]"))
+CHECK_PAYLOAD = Function("check_payload", ("text", "jsonb"))
 CHECK_POSITIVE = Function("check_positive", ("text", "bigint"))
 CHECK_PRESENT = Function("check_present", ("text", "anyelement"))
 CHECK_PRIMARY = Function("check_primary", ())
+CHECK_QUEUES = Function("check_queues", ("text[]",))
 CHECK_RUN_IDS = Function("check_run_ids", ("text[]",))
 CHECK_SAME_LENGTH = Function("check_same_length", ("text", "anyarray", "integer"))
 CHECK_SEQUENCE = Function("check_sequence", ("bigint",))
@@ -30,8 +32,10 @@ JOB_CHANNEL = Function("job_channel", ())
 JOB_GET = Function("job_get", ("text",))
 JOB_HISTORY_ADVANCE = Function("job_history_advance", ())
 JOB_HISTORY_FORGET = Function("job_history_forget", ("bigint[]", "boolean[]"))
-JOB_LEASE = Function("job_lease", ("text", "bigint", "bigint"))
-JOB_LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "integer"))
+JOB_LEASE = Function("job_lease", ("text", "bigint", "bigint", "text[]"))
+JOB_LEASE_GROUPS = Function("job_lease_groups", ("text[]",))
+JOB_LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "integer", "text[]"))
+JOB_LEASE_TAKE = Function("job_lease_take", ("text", "bigint", "bigint", "integer", "text[]"))
 JOB_LIST = Function("job_list", ("text", "bigint", "integer"))
 JOB_LIST_DISPATCHED = Function("job_list_dispatched", ())
 JOB_MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
@@ -45,9 +49,14 @@ JOB_RENEW = Function("job_renew", ("text", "text", "bigint", "bigint", "bigint")
 JOB_RENEW_MANY = Function("job_renew_many", ("text[]", "text", "bigint", "bigint", "bigint[]"))
 JOB_RESCHEDULE = Function("job_reschedule", ("text", "bigint", "bigint"))
 JOB_RETRY = Function("job_retry", ("text", "bigint"))
-JOB_SCHEDULE = Function("job_schedule", ("text", "bigint", "integer"))
-JOB_SCHEDULE_MANY = Function("job_schedule_many", ("text[]", "bigint[]"))
+JOB_SCHEDULE = Function("job_schedule", ("text", "bigint", "integer", "text", "integer", "jsonb"))
+JOB_SCHEDULE_MANY = Function(
+    "job_schedule_many", ("text[]", "bigint[]", "text", "integer", "jsonb[]")
+)
 NOW_MS = Function("now_ms", ())
+QUEUE_LIST = Function("queue_list", ("bigint",))
+QUEUE_PAUSE = Function("queue_pause", ("text",))
+QUEUE_RESUME = Function("queue_resume", ("text",))
 RAISE_INVALID = Function("raise_invalid", ("text",))
 RAISE_NO_EPOCH = Function("raise_no_epoch", ())
 RAISE_STANDBY = Function("raise_standby", ())
@@ -83,9 +92,11 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(CHECK_NAME, security_definer=False, volatility="volatile"),
     Definition(CHECK_NOW, security_definer=False, volatility="volatile"),
     Definition(CHECK_ONE_OF, security_definer=False, volatility="volatile"),
+    Definition(CHECK_PAYLOAD, security_definer=False, volatility="volatile"),
     Definition(CHECK_POSITIVE, security_definer=False, volatility="volatile"),
     Definition(CHECK_PRESENT, security_definer=False, volatility="volatile"),
     Definition(CHECK_PRIMARY, security_definer=False, volatility="volatile"),
+    Definition(CHECK_QUEUES, security_definer=False, volatility="volatile"),
     Definition(CHECK_RUN_IDS, security_definer=False, volatility="volatile"),
     Definition(CHECK_SAME_LENGTH, security_definer=False, volatility="volatile"),
     Definition(CHECK_SEQUENCE, security_definer=False, volatility="volatile"),
@@ -96,7 +107,9 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_HISTORY_ADVANCE, security_definer=False, volatility="volatile"),
     Definition(JOB_HISTORY_FORGET, security_definer=False, volatility="volatile"),
     Definition(JOB_LEASE, security_definer=True, volatility="volatile"),
+    Definition(JOB_LEASE_GROUPS, security_definer=False, volatility="stable"),
     Definition(JOB_LEASE_MANY, security_definer=True, volatility="volatile"),
+    Definition(JOB_LEASE_TAKE, security_definer=False, volatility="volatile"),
     Definition(JOB_LIST, security_definer=True, volatility="stable"),
     Definition(JOB_LIST_DISPATCHED, security_definer=True, volatility="stable"),
     Definition(JOB_MARK_DISPATCHED, security_definer=True, volatility="volatile"),
@@ -111,6 +124,9 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_SCHEDULE, security_definer=True, volatility="volatile"),
     Definition(JOB_SCHEDULE_MANY, security_definer=True, volatility="volatile"),
     Definition(NOW_MS, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LIST, security_definer=True, volatility="stable"),
+    Definition(QUEUE_PAUSE, security_definer=True, volatility="volatile"),
+    Definition(QUEUE_RESUME, security_definer=True, volatility="volatile"),
     Definition(RAISE_INVALID, security_definer=False, volatility="volatile"),
     Definition(RAISE_NO_EPOCH, security_definer=False, volatility="volatile"),
     Definition(RAISE_STANDBY, security_definer=False, volatility="volatile"),

@@ -33,8 +33,9 @@ OWNER_FUNCTIONS: tuple[Function, ...] = catalog.owner_functions(_sql.DEFINITIONS
 CLIENT_FUNCTIONS: tuple[Function, ...] = catalog.client_functions(_sql.DEFINITIONS)
 
 #: What a read-only monitoring role needs (docs/privileges.md gives the GRANT, and a test
-#: runs it): every function ``pgstore status``, ``schedules`` and ``jobs`` and a dashboard
-#: call, none that writes, and no table privilege. Each reads the tables as their owner.
+#: runs it): every function ``pgstore status``, ``schedules``, ``jobs`` and ``queues`` and
+#: a dashboard call, none that writes, and no table privilege. Each reads the tables as
+#: their owner.
 MONITOR_FUNCTIONS: tuple[Function, ...] = tuple(
     _BY_NAME[name]
     for name in (
@@ -46,5 +47,6 @@ MONITOR_FUNCTIONS: tuple[Function, ...] = tuple(
         "job_list",
         "job_get",
         "job_list_dispatched",
+        "queue_list",
     )
 )

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pgstore import _validate as v
-from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
+from pgstore.errors import InvalidArgument
+from pgstore.models import (
+    CancelResult,
+    Job,
+    JobFilter,
+    JobPage,
+    MarkResult,
+    QueueInfo,
+    RetryResult,
+)
 from pgstore.postgres import _functions as _sql
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Call
@@ -34,6 +43,9 @@ SCHEDULE_MANY = _sql.JOB_SCHEDULE_MANY
 LEASE_MANY = _sql.JOB_LEASE_MANY
 MARK_DISPATCHED_MANY = _sql.JOB_MARK_DISPATCHED_MANY
 RENEW_MANY = _sql.JOB_RENEW_MANY
+QUEUE_PAUSE = _sql.QUEUE_PAUSE
+QUEUE_RESUME = _sql.QUEUE_RESUME
+QUEUE_LIST = _sql.QUEUE_LIST
 
 
 def _integer_count(param: str, value: object) -> None:
@@ -44,18 +56,32 @@ def _integer_count(param: str, value: object) -> None:
         v.positive(param, value)
 
 
-def schedule(run_id: str, dispatch_at: int, max_attempts: int | None) -> Call[None]:
+def schedule(
+    run_id: str, dispatch_at: int, max_attempts: int | None, queue: str | None,
+    priority: int | None, payload: object,
+) -> Call[None]:
     v.text("run_id", run_id)
     v.integer("dispatch_at", dispatch_at)
     _integer_count("max_attempts", max_attempts)
-    return Call(SCHEDULE, (run_id, dispatch_at, max_attempts), _rows.nothing)
+    v.text("queue", queue)
+    v.priority("priority", priority)
+    encoded = v.payload("payload", payload)
+    args = (run_id, dispatch_at, max_attempts, queue, priority, encoded)
+    return Call(SCHEDULE, args, _rows.nothing)
 
 
-def lease(holder: str, now: int | None, ttl_ms: int) -> Call[Job | None]:
+def _queues(queues: Sequence[str] | None) -> list[str] | None:
+    v.text_list("queues", queues)
+    return None if queues is None else list(queues)
+
+
+def lease(
+    holder: str, now: int | None, ttl_ms: int, queues: Sequence[str] | None
+) -> Call[Job | None]:
     v.text("holder", holder)
     v.integer("now", now)
     v.integer("ttl_ms", ttl_ms)
-    return Call(LEASE, (holder, now, ttl_ms), _rows.optional_job)
+    return Call(LEASE, (holder, now, ttl_ms, _queues(queues)), _rows.optional_job)
 
 
 def renew(
@@ -152,18 +178,34 @@ def _limit(limit: int) -> None:
         v.positive("limit", limit)  # below integer's range too: 22023, as SQL says for <= 0
 
 
-def schedule_many(run_ids: Sequence[str], dispatch_at: Sequence[int]) -> Call[None]:
+def _payloads(payloads: Sequence[object] | None) -> list[str | None] | None:
+    if payloads is None:
+        return None
+    if not isinstance(payloads, (list, tuple)):
+        raise InvalidArgument(f"payloads must be a list, not {type(payloads).__name__}")
+    return [v.payload("payloads", p) for p in payloads]
+
+
+def schedule_many(
+    run_ids: Sequence[str], dispatch_at: Sequence[int], queue: str | None,
+    priority: int | None, payloads: Sequence[object] | None,
+) -> Call[None]:
     v.text_list("run_ids", run_ids)
     v.integer_list("dispatch_at", dispatch_at)
-    return Call(SCHEDULE_MANY, (_list(run_ids), _list(dispatch_at)), _rows.nothing)
+    v.text("queue", queue)
+    v.priority("priority", priority)
+    args = (_list(run_ids), _list(dispatch_at), queue, priority, _payloads(payloads))
+    return Call(SCHEDULE_MANY, args, _rows.nothing)
 
 
-def lease_many(holder: str, now: int | None, ttl_ms: int, limit: int) -> Call[list[Job]]:
+def lease_many(
+    holder: str, now: int | None, ttl_ms: int, limit: int, queues: Sequence[str] | None
+) -> Call[list[Job]]:
     v.text("holder", holder)
     v.integer("now", now)
     v.integer("ttl_ms", ttl_ms)
     _limit(limit)
-    return Call(LEASE_MANY, (holder, now, ttl_ms, limit), _rows.jobs)
+    return Call(LEASE_MANY, (holder, now, ttl_ms, limit, _queues(queues)), _rows.jobs)
 
 
 def mark_dispatched_many(
@@ -189,3 +231,18 @@ def renew_many(
     v.integer_list("lease_sequences", lease_sequences)
     args = (_list(run_ids), holder, now, ttl_ms, _list(lease_sequences))
     return Call(RENEW_MANY, args, _rows.renewed)
+
+
+def pause_queue(queue: str) -> Call[bool]:
+    v.text("queue", queue)
+    return Call(QUEUE_PAUSE, (queue,), _rows.boolean_value)
+
+
+def resume_queue(queue: str) -> Call[bool]:
+    v.text("queue", queue)
+    return Call(QUEUE_RESUME, (queue,), _rows.boolean_value)
+
+
+def list_queues(now: int | None) -> Call[list[QueueInfo]]:
+    v.integer("now", now)
+    return Call(QUEUE_LIST, (now,), _rows.queue_infos)

@@ -11,8 +11,17 @@ store, ``pgstore.postgres.jobs``, from it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from pgstore.models import CancelResult, Job, JobFilter, JobPage, MarkResult, RetryResult
+from pgstore.models import (
+    CancelResult,
+    Job,
+    JobFilter,
+    JobPage,
+    MarkResult,
+    QueueInfo,
+    RetryResult,
+)
 from pgstore.postgres import job_calls as calls
 from pgstore.postgres.jobs_async import AsyncPgJobStore
 from pgstore.postgres.listen import Listens
@@ -30,23 +39,34 @@ class PgJobStore(SyncStore, Listens):
     """
 
     def schedule(
-        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None,
+        queue: str | None = None, priority: int | None = None, payload: Any = None,
     ) -> None:
         """Add the job, due at ``dispatch_at``, with at most ``max_attempts`` leases (None:
-        the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it); an
-        existing job's ``dispatch_at`` only moves (and ``max_attempts``, when given).
+        the store default, ``DEFAULT_MAX_ATTEMPTS`` unless the owner changed it), in
+        ``queue`` (None: ``"default"``) at ``priority`` (higher is leased first; None: 0),
+        carrying ``payload`` (any JSON value, at most the owner's
+        ``store_settings.max_payload_bytes`` as JSON text, 64 KiB; None: none). An
+        existing job's ``dispatch_at`` moves, and its ``max_attempts``, queue, priority
+        and payload change only when given (not None).
         SQL: ``job_schedule``."""
-        return self._runner.run(calls.schedule(run_id, dispatch_at, max_attempts))
+        return self._runner.run(
+            calls.schedule(run_id, dispatch_at, max_attempts, queue, priority, payload)
+        )
 
-    def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
-        """Lease the earliest due, uncancelled, undispatched job with no live lease until
-        ``now + ttl_ms``; None: nothing leasable right now. A job is leased at most
+    def lease(
+        self, holder: str, now: int | None, ttl_ms: int, queues: Sequence[str] | None = None
+    ) -> Job | None:
+        """Lease the next due, uncancelled, undispatched job with no live lease of
+        ``queues`` (None: every queue; else a non-empty list of names) until
+        ``now + ttl_ms``: highest ``priority`` first, then earliest ``dispatch_at``, then
+        ``run_id``; None: nothing leasable right now. A job is leased at most
         ``max_attempts`` times: when the earliest one's last lease expired without a
         release, this call fails it (``failed``, ``last_error`` saying so) and answers
         None; the next call leases the next job. ``ttl_ms`` above the owner's
         ``store_settings.max_lease_ms`` raises ``InvalidArgument``.
         SQL: ``job_lease``."""
-        return self._runner.run(calls.lease(holder, now, ttl_ms))
+        return self._runner.run(calls.lease(holder, now, ttl_ms, queues))
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -153,18 +173,29 @@ class PgJobStore(SyncStore, Listens):
         SQL: ``job_purge``."""
         return self._runner.run(calls.purge(before, limit))
 
-    def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
+    def schedule_many(
+        self, run_ids: Sequence[str], dispatch_at: Sequence[int], queue: str | None = None,
+        priority: int | None = None, payloads: Sequence[Any] | None = None,
+    ) -> None:
         """``schedule`` for each ``(run_ids[i], dispatch_at[i])`` in one statement (at
-        most 10000 distinct ids); one notification, with the earliest time.
+        most 10000 distinct ids), all in ``queue`` at ``priority``, each carrying
+        ``payloads[i]`` (``payloads`` None: none; else as long as ``run_ids``); one
+        notification, with the earliest time.
         SQL: ``job_schedule_many``."""
-        return self._runner.run(calls.schedule_many(run_ids, dispatch_at))
+        return self._runner.run(
+            calls.schedule_many(run_ids, dispatch_at, queue, priority, payloads)
+        )
 
-    def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int) -> list[Job]:
-        """``lease`` up to ``limit`` (at most 10000) jobs in one statement, in lease order;
-        fewer (none) when no more are leasable right now, or when some were out of
-        attempts (failed as ``lease`` fails them, and left out).
+    def lease_many(
+        self, holder: str, now: int | None, ttl_ms: int, limit: int,
+        queues: Sequence[str] | None = None,
+    ) -> list[Job]:
+        """``lease`` up to ``limit`` (at most 10000) jobs of ``queues`` (None: every queue)
+        in one statement, in lease order; fewer (none) when no more are leasable right
+        now, or when some were out of attempts (failed as ``lease`` fails them, and left
+        out).
         SQL: ``job_lease_many``."""
-        return self._runner.run(calls.lease_many(holder, now, ttl_ms, limit))
+        return self._runner.run(calls.lease_many(holder, now, ttl_ms, limit, queues))
 
     def mark_dispatched_many(
         self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
@@ -188,3 +219,22 @@ class PgJobStore(SyncStore, Listens):
         return self._runner.run(
             calls.renew_many(run_ids, holder, now, ttl_ms, lease_sequences)
         )
+
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` (any name): no lease takes its jobs until ``resume_queue``;
+        leases already held run on. True: paused now; False: it was paused already.
+        SQL: ``queue_pause``."""
+        return self._runner.run(calls.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Resume a paused ``queue`` (and wake idle dispatchers). True: resumed now;
+        False: it was not paused.
+        SQL: ``queue_resume``."""
+        return self._runner.run(calls.resume_queue(queue))
+
+    def list_queues(self, now: int | None = None) -> list[QueueInfo]:
+        """Every queue that holds waiting jobs or was ever paused, by name, with its
+        depth, due and leased counts at ``now`` (None: the database clock) and whether
+        it is paused. Reads every waiting job.
+        SQL: ``queue_list``."""
+        return self._runner.run(calls.list_queues(now))

@@ -21,6 +21,7 @@ from pgstore.models import (
     Job,
     JobPage,
     MarkResult,
+    QueueInfo,
     RetryResult,
     ScheduleRecord,
     StoreStats,
@@ -246,3 +247,13 @@ def nothing(rows: Sequence[Row], columns: Columns) -> None:
 BY_POSITION: frozenset[Callable[[Sequence[Row], Columns], object]] = frozenset(
     {cancel_result, retry_result, integer_value, boolean, text_value, nothing}
 )
+
+
+def queue_infos(rows: Sequence[Row], columns: Columns) -> list[QueueInfo]:
+    """``queue_list``'s rows, one per queue by name."""
+    return _all(QueueInfo, rows, columns)
+
+
+def boolean_value(rows: Sequence[Row], columns: Columns) -> bool:
+    """A function's one boolean (``queue_pause``, ``queue_resume``)."""
+    return bool(rows[0][0])

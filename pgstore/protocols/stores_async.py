@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pgstore.models import (
     CancelResult,
@@ -17,6 +17,7 @@ from pgstore.models import (
     CompletePatch,
     Job,
     MarkResult,
+    QueueInfo,
     RetryResult,
     ScheduleKind,
     ScheduleRecord,
@@ -104,16 +105,22 @@ class AsyncJobStore(Protocol):
         """The store's clock."""
 
     async def schedule(
-        self, run_id: str, dispatch_at: int, max_attempts: int | None = None
+        self, run_id: str, dispatch_at: int, max_attempts: int | None = None,
+        queue: str | None = None, priority: int | None = None, payload: Any = None,
     ) -> None:
-        """Add the job with at most ``max_attempts`` leases (None: the store default), or
-        move only its ``dispatch_at`` (and ``max_attempts``, when given)."""
+        """Add the job with at most ``max_attempts`` leases (None: the store default), in
+        ``queue`` (None: ``"default"``) at ``priority`` (None: 0) carrying ``payload``
+        (None: none); or move its ``dispatch_at`` and change ``max_attempts``, queue,
+        priority and payload only where given (not None)."""
 
-    async def lease(self, holder: str, now: int | None, ttl_ms: int) -> Job | None:
-        """Lease the earliest due, waiting (not dispatched, cancelled or failed), unleased
-        job, adding one to its ``attempts``; else None. A job is leased at most
-        ``max_attempts`` times: when that job's last lease expired without a release, it
-        is failed instead and None is answered."""
+    async def lease(
+        self, holder: str, now: int | None, ttl_ms: int, queues: Sequence[str] | None = None
+    ) -> Job | None:
+        """Lease the next due, waiting (not dispatched, cancelled or failed), unleased job
+        of ``queues`` (None: every queue), highest priority first, then earliest
+        ``dispatch_at``, then ``run_id``, adding one to its ``attempts``; else None. A job
+        is leased at most ``max_attempts`` times: when that job's last lease expired
+        without a release, it is failed instead and None is answered."""
 
     async def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -166,15 +173,19 @@ class AsyncJobStore(Protocol):
         """Delete at most ``limit`` finished jobs whose ``finished_at`` is before ``before``,
         oldest first, never a waiting job nor one under a live lease; how many went."""
 
-    async def schedule_many(self, run_ids: Sequence[str], dispatch_at: Sequence[int]) -> None:
-        """``schedule`` for each ``(run_ids[i], dispatch_at[i])``: distinct ids, at most
-        10000."""
+    async def schedule_many(
+        self, run_ids: Sequence[str], dispatch_at: Sequence[int], queue: str | None = None,
+        priority: int | None = None, payloads: Sequence[Any] | None = None,
+    ) -> None:
+        """``schedule`` for each ``(run_ids[i], dispatch_at[i])`` in ``queue`` at
+        ``priority`` with ``payloads[i]``: distinct ids, at most 10000."""
 
     async def lease_many(
-        self, holder: str, now: int | None, ttl_ms: int, limit: int
+        self, holder: str, now: int | None, ttl_ms: int, limit: int,
+        queues: Sequence[str] | None = None,
     ) -> builtins.list[Job]:
-        """``lease`` up to ``limit`` jobs (at most 10000), in lease order; the jobs out
-        of attempts among them are failed as ``lease`` fails them, and left out."""
+        """``lease`` up to ``limit`` jobs (at most 10000) of ``queues``, in lease order; the
+        jobs out of attempts among them are failed as ``lease`` fails them, and left out."""
 
     async def mark_dispatched_many(
         self, run_ids: Sequence[str], holder: str, worker_ids: Sequence[str | None],
@@ -187,3 +198,14 @@ class AsyncJobStore(Protocol):
         lease_sequences: Sequence[int | None] | None = None,
     ) -> builtins.list[bool]:
         """``renew`` for each job: one answer per job, in the order given."""
+
+    async def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue``: no lease takes its jobs until ``resume_queue`` (leases held run
+        on); False: it was paused already."""
+
+    async def resume_queue(self, queue: str) -> bool:
+        """Resume a paused ``queue``; False: it was not paused."""
+
+    async def list_queues(self, now: int | None = None) -> builtins.list[QueueInfo]:
+        """Every queue with waiting jobs or ever paused, by name: depth, due, leased,
+        paused."""

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -130,7 +131,8 @@ class Dispatcher(Runtime):
     dispatch raised into the text the release stores as the job's ``last_error``
     (readable by whoever reads the jobs): by default ``redact_secrets`` (credential-like
     values such as ``api_key=...`` replaced by ``***``), None keeps it verbatim; see
-    ``pgstore.runtime.redact``.
+    ``pgstore.runtime.redact``. ``queues`` (a non-empty list of queue names) leases only
+    their jobs; None (the default) leases from every queue (docs/queues.md).
     """
 
     log = log
@@ -157,6 +159,7 @@ class Dispatcher(Runtime):
         purge_batch: int = PURGE_BATCH,
         batch_size: int = BATCH_SIZE,
         redact_error: RedactError | None = redact_secrets,
+        queues: Sequence[str] | None = None,
     ) -> None:
         if not callable(dispatch):
             raise InvalidArgument("dispatch must be callable")
@@ -188,8 +191,10 @@ class Dispatcher(Runtime):
         self.purge_interval = self._purger.interval
         self.purge_batch = self._purger.batch
         self.batch_size = v.positive("batch_size", batch_size, maximum=v.BATCH_MAX)
+        #: The queues this dispatcher leases from (None: every queue).
+        self.queues = v.queues("queues", queues)
         # The parts, one job each (see the module's doc).
-        self._leaser = Leaser(jobs, self, self.batch_size)
+        self._leaser = Leaser(jobs, self, self.batch_size, self.queues)
         self._renewals = Renewals(jobs, self, self.batch_size)
         self._provider = ProviderCall(dispatch, self)
         self._releaser = Releaser(jobs, self, self.backoff, redact_error)

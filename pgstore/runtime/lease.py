@@ -26,10 +26,16 @@ log = logging.getLogger("pgstore.dispatcher")
 class Leaser:
     """Leases up to the free concurrency for ``host``, in growing calls."""
 
-    def __init__(self, jobs: AsyncJobStore, host: Host, batch_size: int) -> None:
+    def __init__(
+        self, jobs: AsyncJobStore, host: Host, batch_size: int,
+        queues: list[str] | None = None,
+    ) -> None:
         self._jobs = jobs
         self._host = host
         self.batch_size = batch_size
+        #: The queues leased from (None: every queue). Passed only when set, so a job
+        #: store written before queues existed is called exactly as before.
+        self.queues = queues
         #: How many jobs the next lease call asks for: 1 when idle, doubling up to
         #: ``batch_size`` while the calls come back full.
         self.batch = 1
@@ -64,10 +70,15 @@ class Leaser:
     async def _call(self, now: int, limit: int) -> list[Job]:
         """One ``lease_many`` of up to ``limit`` jobs; ``lease`` itself for one job."""
         host = self._host
+        if self.queues is None:
+            if limit == 1:
+                job = await self._jobs.lease(host.owner, now, host.lease_ms)
+                return [] if job is None else [job]
+            return await self._jobs.lease_many(host.owner, now, host.lease_ms, limit)
         if limit == 1:
-            job = await self._jobs.lease(host.owner, now, host.lease_ms)
+            job = await self._jobs.lease(host.owner, now, host.lease_ms, self.queues)
             return [] if job is None else [job]
-        return await self._jobs.lease_many(host.owner, now, host.lease_ms, limit)
+        return await self._jobs.lease_many(host.owner, now, host.lease_ms, limit, self.queues)
 
 
 def sequence(job: Job) -> int | None:

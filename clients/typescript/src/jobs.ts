@@ -26,11 +26,15 @@ const COLUMNS =
   "run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled," +
   " lease_sequence, finished_at, attempts, max_attempts, last_error, failed";
 
-/** The functions PgJobStore calls, with the argument types it sends. */
+/**
+ * The functions PgJobStore calls, by the signatures they have (from pgstore_0019 the
+ * schedule and lease calls have queue, priority and payload arguments, which this
+ * client leaves to their defaults: every job in the default queue).
+ */
 export const JOB_FUNCTIONS = [
   "now_ms()",
-  "job_schedule(text,bigint,integer)",
-  "job_lease(text,bigint,bigint)",
+  "job_schedule(text,bigint,integer,text,integer,jsonb)",
+  "job_lease(text,bigint,bigint,text[])",
   "job_renew(text,text,bigint,bigint,bigint)",
   "job_mark_dispatched(text,text,text,bigint)",
   "job_release(text,text,bigint,bigint,text)",
@@ -41,8 +45,8 @@ export const JOB_FUNCTIONS = [
   "job_list_dispatched()",
   "job_list(text,bigint,integer)",
   "job_remove(text)",
-  "job_schedule_many(text[],bigint[])",
-  "job_lease_many(text,bigint,bigint,integer)",
+  "job_schedule_many(text[],bigint[],text,integer,jsonb[])",
+  "job_lease_many(text,bigint,bigint,integer,text[])",
   "job_mark_dispatched_many(text[],text,text[],bigint[])",
   "job_renew_many(text[],text,bigint,bigint,bigint[])",
 ] as const;
