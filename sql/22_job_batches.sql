@@ -4,8 +4,9 @@
 -- Each writes with one statement over many jobs, with the per-job meaning of
 -- its single-job function in 21_job_functions.sql: a dispatcher that leases,
 -- marks or renews a hundred jobs pays one round trip and one commit instead
--- of a hundred. The arrays are checked whole before any row is touched (a bad
--- element raises 22023 and changes nothing): one dimension, at most
+-- of a hundred. The arrays are checked whole (a bad element raises 22023 and
+-- changes nothing; job_mark_dispatched_many finds a repeated run_id after its
+-- UPDATE, which the raise undoes): one dimension, at most
 -- batch_max() elements, run ids non-empty, at most 1024 characters and
 -- distinct, companion arrays of the same length. A job costs about the same
 -- at any batch size, whatever plan the planner picks: a job's own arguments
@@ -276,18 +277,37 @@ SECURITY DEFINER
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_worker_ids jsonb;  -- run_id -> worker_id
-    v_fences     jsonb;  -- run_id -> lease_sequence; NULL when no array is given
-    v_marked     jsonb;  -- run_id -> cancelled, for the jobs the UPDATE recorded
+    v_worker_ids jsonb;       -- run_id -> worker_id
+    v_fences     jsonb;       -- run_id -> lease_sequence; NULL when no array is given
+    v_ids        text[];      -- the jobs the UPDATE recorded
+    v_flags      boolean[];   -- and their cancelled flags
+    v_marked     jsonb;       -- run_id -> cancelled, when some job was not recorded
 BEGIN
     PERFORM check_primary();
-    PERFORM check_run_ids(p_run_ids);
-    PERFORM check_name('holder', p_holder);
-    PERFORM check_same_length('worker_ids', p_worker_ids, cardinality(p_run_ids));
-    IF EXISTS (SELECT FROM unnest(p_worker_ids) AS u(w) WHERE length(w) > 1024) THEN
-        PERFORM raise_invalid('worker_ids must hold strings of at most 1024 characters');
+    -- Well-formed input costs one pass over the arrays, with no sort: every
+    -- rule but "distinct" at once. Any doubt runs the checks one by one, in
+    -- their order, for the first rule broken and its message. Distinct run ids
+    -- are proven below, for free, when every job was recorded; otherwise
+    -- check_run_ids raises for a repeat after the UPDATE, and the raise undoes
+    -- it (nothing changes).
+    IF p_run_ids IS NULL OR array_ndims(p_run_ids) > 1 OR cardinality(p_run_ids) > batch_max()
+       OR p_holder IS NULL OR p_holder = '' OR length(p_holder) > 1024
+       OR p_worker_ids IS NULL OR array_ndims(p_worker_ids) > 1
+       OR cardinality(p_worker_ids) <> cardinality(p_run_ids)
+       OR (p_lease_sequences IS NOT NULL
+           AND (array_ndims(p_lease_sequences) > 1
+                OR cardinality(p_lease_sequences) <> cardinality(p_run_ids)))
+       OR EXISTS (SELECT FROM unnest(p_run_ids, p_worker_ids, p_lease_sequences) AS u(r, w, s)
+                   WHERE r IS NULL OR r = '' OR length(r) > 1024 OR length(w) > 1024
+                      OR s <= 0) THEN
+        PERFORM check_run_ids(p_run_ids);
+        PERFORM check_name('holder', p_holder);
+        PERFORM check_same_length('worker_ids', p_worker_ids, cardinality(p_run_ids));
+        IF EXISTS (SELECT FROM unnest(p_worker_ids) AS u(w) WHERE length(w) > 1024) THEN
+            PERFORM raise_invalid('worker_ids must hold strings of at most 1024 characters');
+        END IF;
+        PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
     END IF;
-    PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
 
     -- Each job's own arguments are looked up by run_id in a jsonb object, not
     -- joined to the rows: jsonb keeps an object's keys sorted, so ->> is a
@@ -296,7 +316,7 @@ BEGIN
     -- a join with unnest(), which the generic plan plpgsql caches after five
     -- calls, estimating 10 input rows and 1 match, ran as a nested loop that
     -- rescanned the whole input for every job: "Rows Removed by Join Filter:
-    -- 9900" for 100 jobs.)
+    -- 9900" for 100 jobs. A hash join, forced, costs as much as the lookups.)
     -- jsonb_object() is strict: no p_lease_sequences, no v_fences.
     v_worker_ids := jsonb_object(p_run_ids, p_worker_ids);
     v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
@@ -308,24 +328,45 @@ BEGIN
     -- dispatched. The rows are reached through the primary key (= ANY). A job
     -- without a fence (no array, or a NULL element) compares lease_sequence,
     -- which is NOT NULL, with itself.
+    --
+    -- The clock is read once, by the first row the statement writes (an
+    -- InitPlan, not now_ms()'s numeric arithmetic for every job): that row's
+    -- write then takes the transaction's id, so, as with a clock read for
+    -- each row, no job gets a finished_at older than the moment this
+    -- transaction became visible as running (what job_history_advance's
+    -- proposals wait on).
     WITH marked AS (
         UPDATE jobs j
            SET dispatched = true,
                worker_id = v_worker_ids ->> j.run_id,
-               finished_at = coalesce(j.finished_at, now_ms())
+               finished_at = coalesce(j.finished_at, (SELECT now_ms()))
          WHERE j.run_id = ANY (p_run_ids)
            AND j.lease_holder = p_holder
            AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
         RETURNING j.run_id, j.cancelled)
-    SELECT jsonb_object(array_agg(m.run_id), array_agg(m.cancelled::text))
-      INTO v_marked  -- NULL when nothing was recorded
+    SELECT array_agg(m.run_id), array_agg(m.cancelled)
+      INTO v_ids, v_flags  -- NULL when nothing was recorded
       FROM marked m;
 
-    -- One row per job, in the order given. A recorded job answers the flag its
-    -- UPDATE returned. The others (another holder or lease took the job, or it
-    -- is gone) answer the stored flag, read as job_mark_dispatched reads it: by
-    -- a statement of its own after the UPDATE (under READ COMMITTED, as
-    -- committed by then), through the primary key; false for a missing job.
+    -- One row per job, in the order given. Every job recorded (each row is
+    -- updated once, so as many rows as run ids means they are distinct) and
+    -- none cancelled, the common case: (run_id, false, true) for each, with
+    -- no lookup.
+    IF cardinality(v_ids) = cardinality(p_run_ids) THEN
+        IF array_position(v_flags, true) IS NULL THEN
+            RETURN QUERY SELECT u.run_id, false, true FROM unnest(p_run_ids) AS u(run_id);
+            RETURN;
+        END IF;
+    ELSE
+        PERFORM check_run_ids(p_run_ids);  -- a repeated run_id raises here
+    END IF;
+
+    -- Otherwise a recorded job answers the flag its UPDATE returned. The others
+    -- (another holder or lease took the job, or it is gone) answer the stored
+    -- flag, read as job_mark_dispatched reads it: by a statement of its own
+    -- after the UPDATE (under READ COMMITTED, as committed by then), through
+    -- the primary key; false for a missing job.
+    v_marked := jsonb_object(v_ids, v_flags::text[]);
     RETURN QUERY
     SELECT u.run_id,
            coalesce((v_marked ->> u.run_id)::boolean,

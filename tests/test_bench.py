@@ -424,3 +424,23 @@ def test_quick_bench_of_the_queue_floor(pgstore_database: str, tmp_path: Path) -
         assert _positive(over["jobs_per_s"]["ratio"]["median"]), name
     assert _check_ratios(doc) >= 2 * (len(VARIANTS) - 1)
     assert "Queue floor: one process drains" in (tmp_path / "results.md").read_text()
+
+
+def test_queue_floor_drains_the_batch_path_of_another_sql_directory_beside_its_own(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """``--floor-base-sql``: base_batch, the batch path on a schema loaded from that
+    directory, runs next to pgstore_batch, drains every job and gets its ratios."""
+    from pgstore.bench._floor import BASE_VARIANT, VARIANTS
+    from pgstore.schema.files import sql_dir
+
+    doc = _bench(pgstore_database, tmp_path, "--only", "queue-floor", "--floor-jobs", "600",
+                 "--floor-single-jobs", "10", "--floor-base-sql", str(sql_dir()), "--no-chart")
+    assert doc["errors"] == {}
+    floor = doc["results"]["queue-floor"]
+    assert floor["all_checks_ok"]
+    at = VARIANTS.index("pgstore_batch") + 1
+    assert list(floor["variants"]) == [*VARIANTS[:at], BASE_VARIANT, *VARIANTS[at:]]
+    (run,) = floor["variants"][BASE_VARIANT]["runs"]
+    assert run["jobs"] == 600 and run["left"] == 0
+    assert _positive(floor["over_bare_text"][BASE_VARIANT]["jobs_per_s"]["ratio"]["median"])

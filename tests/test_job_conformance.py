@@ -782,6 +782,24 @@ def test_mark_dispatched_many_answers_each_job_as_mark_dispatched_would(
     assert s.mark_dispatched_many(["c"], "h1", ["w-c"]) == [MarkResult(False, True)]
 
 
+def test_mark_dispatched_many_of_only_recorded_jobs_answers_in_the_order_given(
+    jobs: JobStoreUnderTest,
+) -> None:
+    s = jobs.store
+    s.schedule_many(["a", "b", "c", "d"], [10, 20, 30, 40])
+    held = {j.run_id: j for j in s.lease_many("h1", 100, TTL, 4)}
+    order = ["c", "a", "b"]
+    assert s.mark_dispatched_many(order, "h1", ["w-c", "w-a", None],
+                                  [held[r].lease_sequence for r in order]) == [
+        MarkResult(cancelled=False, recorded=True)] * 3
+    s.cancel("d")  # leased, then cancelled: recorded, and the bot must leave
+    assert s.mark_dispatched_many(["d", "a"], "h1", ["w-d", "w-a"]) == [
+        MarkResult(cancelled=True, recorded=True), MarkResult(cancelled=False, recorded=True)]
+    state = {j.run_id: j for j in jobs.state()}
+    assert [(state[r].dispatched, state[r].worker_id) for r in "abcd"] == [
+        (True, "w-a"), (True, None), (True, "w-c"), (True, "w-d")]
+
+
 def test_renew_many_answers_each_job_as_renew_would(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     s.schedule_many(["a", "b", "c"], [10, 20, 30])
@@ -867,6 +885,8 @@ BAD_CALLS: list[tuple[str, str, tuple[Any, ...]]] = [
     ("lease_many", "limit", ("h", 100, TTL, None)),
     ("lease_many", "limit", ("h", 100, TTL, 10_001)),
     ("mark_dispatched_many", "run_ids", (["live", "live"], "h", ["w", "w"])),
+    ("mark_dispatched_many", "run_ids", (["live", "live"], "h", ["w", LONG])),
+    ("mark_dispatched_many", "run_ids", (["live", "live", "gone"], "h", ["w", "w", "w"])),
     ("mark_dispatched_many", "holder", (["live"], "", ["w"])),
     ("mark_dispatched_many", "worker_ids", (["live"], "h", [])),
     ("mark_dispatched_many", "worker_ids", (["live"], "h", [LONG])),

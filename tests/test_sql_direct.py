@@ -151,6 +151,14 @@ JOB_NULL_CALLS = [
     ("job_lease_many('h', 0, 1, 2147483647)", "limit"),
     ("job_mark_dispatched_many(NULL, 'h', ARRAY['w'])", "run_ids"),
     ("job_mark_dispatched_many(ARRAY['r', 'r'], 'h', ARRAY['w', 'w'])", "run_ids"),
+    # A repeat beside a later fault: the first rule broken, in the checks' order.
+    ("job_mark_dispatched_many(ARRAY['r', 'r'], 'h', ARRAY['w', repeat('w', 1025)])",
+     "run_ids"),
+    ("job_mark_dispatched_many(ARRAY['r', 'r'], '', ARRAY['w', 'w'])", "run_ids"),
+    ("job_mark_dispatched_many(ARRAY['r', 'r'], 'h', ARRAY['w', 'w'], ARRAY[1, 0])",
+     "run_ids"),
+    ("job_mark_dispatched_many(ARRAY['r', 'r', 'nope'], 'h', ARRAY['w', 'w', 'w'])",
+     "run_ids"),
     ("job_mark_dispatched_many(ARRAY['r'], NULL, ARRAY['w'])", "holder"),
     ("job_mark_dispatched_many(ARRAY['r'], 'h', NULL)", "worker_ids"),
     ("job_mark_dispatched_many(ARRAY['r'], 'h', ARRAY['w', 'x'])", "worker_ids"),
@@ -231,6 +239,32 @@ def test_batch_calls_lease_mark_and_renew_many_jobs_in_one_statement(
         ("c", True)]
     assert db.execute("SELECT * FROM job_renew_many(ARRAY['c'], 'h1', 10600, 5000)").fetchall() == [
         ("c", False)]
+
+
+def test_a_fully_recorded_batch_mark_answers_in_order_at_one_clock_reading(
+    db: psycopg.Connection[Any],
+) -> None:
+    """Every job recorded and none cancelled: (run_id, false, true) in the order given,
+    each its own worker id, all one finished_at read during the call."""
+    db.execute("SELECT job_schedule_many(ARRAY['a', 'b', 'c'], ARRAY[0, 0, 0])")
+    seqs = dict(db.execute("SELECT run_id, lease_sequence"
+                           " FROM job_lease_many('h', NULL, 60000, 3)").fetchall())
+    before = db.execute("SELECT now_ms()").fetchone()
+    marks = db.execute(
+        "SELECT * FROM job_mark_dispatched_many(ARRAY['c', 'a', 'b'], 'h',"
+        " ARRAY['w-c', NULL, 'w-b'], %s)", ([seqs["c"], seqs["a"], seqs["b"]],)).fetchall()
+    after = db.execute("SELECT now_ms()").fetchone()
+    assert marks == [("c", False, True), ("a", False, True), ("b", False, True)]
+    rows = db.execute("SELECT run_id, dispatched, worker_id, finished_at FROM jobs"
+                      " ORDER BY run_id").fetchall()
+    assert [r[:3] for r in rows] == [("a", True, None), ("b", True, "w-b"), ("c", True, "w-c")]
+    assert before is not None and after is not None
+    assert len({r[3] for r in rows}) == 1 and before[0] <= rows[0][3] <= after[0]
+    # Marked again, later: recorded again, finished_at kept.
+    assert db.execute("SELECT * FROM job_mark_dispatched_many(ARRAY['a'], 'h', ARRAY['w'])"
+                      ).fetchall() == [("a", False, True)]
+    assert db.execute("SELECT finished_at FROM jobs WHERE run_id = 'a'").fetchone() == (
+        rows[0][3],)
 
 
 # The kinds of job in the 1000-job batches below, as (lease_holder, lease_until, cancelled,

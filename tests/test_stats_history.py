@@ -125,8 +125,12 @@ def test_random_moves_keep_the_counts_exact_across_advances(
     assert _stats(db) == _scanned(db)
 
 
+@pytest.mark.parametrize("mark", [
+    "SELECT * FROM job_mark_dispatched('late', 'h', 'bot')",
+    "SELECT * FROM job_mark_dispatched_many(ARRAY['late'], 'h', ARRAY['bot'])",
+])
 def test_a_finish_committed_late_is_counted(
-    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str, mark: str
 ) -> None:
     """finished_at is the clock of the mark, not of its commit: a mark held open past
     the advance's margin commits a finished_at that an advance could have passed."""
@@ -134,7 +138,7 @@ def test_a_finish_committed_late_is_counted(
     db.execute("SELECT run_id FROM job_lease_many('h', NULL, 600000, 2)")
     with psycopg.connect(pgstore_database) as held:
         held.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
-        held.execute("SELECT * FROM job_mark_dispatched('late', 'h', 'bot')")  # not committed
+        held.execute(mark)  # not committed
         db.execute("SELECT * FROM job_mark_dispatched('other', 'h', 'bot')")
         # Advances meanwhile, past 'other' (committed) but not past the running mark.
         deadline = time.monotonic() + 2.5

@@ -28,7 +28,8 @@ under ``.pgdata/bench``), inside that database, in schemas named
 12. ``queue-floor``: one process drains ``--floor-jobs`` jobs in batches of 500
     through a minimal hand-written queue (text and bigint keys) and through
     pgstore's SQL paths: server CPU (the backend's ``/proc`` stats), client CPU
-    and jobs/s a job, as ratios to the text-keyed queue.
+    and jobs/s a job, as ratios to the text-keyed queue (``--floor-base-sql DIR``:
+    also the batch path on a schema loaded from another ``sql/`` directory).
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -161,6 +162,9 @@ def parser() -> argparse.ArgumentParser:
                    help="jobs of the queue-floor single-call drain (default 5000)")
     p.add_argument("--floor-repeats", type=_positive,
                    help="queue-floor drains per variant (default 3)")
+    p.add_argument("--floor-base-sql", type=Path, metavar="SQL_DIR",
+                   help="queue-floor: also drain the batch path on a schema loaded from"
+                        " this sql/ directory (base_batch), beside pgstore_batch")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png and burst.png")
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
                    help="measure nothing: redraw the table, results.md and chart.png of a"
@@ -185,7 +189,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
                  "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
-                 "floor_jobs", "floor_single_jobs", "floor_repeats"):
+                 "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

@@ -68,6 +68,9 @@ class Settings:
     #: The single path's drain in the queue-floor section: a commit a call.
     floor_single_jobs: int = 5_000
     floor_repeats: int = 3
+    #: Another sql/ directory: the queue-floor section's ``base_batch`` variant runs the
+    #: batch path on a schema loaded from it, beside ``pgstore_batch`` (before and after).
+    floor_base_sql: Path | None = None
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"
@@ -88,12 +91,13 @@ def drop_schema(conn: Conn, schema: str) -> None:
     conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def fresh_store_schema(dsn: str, schema: str) -> None:
-    """Drop ``schema`` and load the current sql/ into it (what ``upgrade head`` builds)."""
+def fresh_store_schema(dsn: str, schema: str, sql_dir: Path | None = None) -> None:
+    """Drop ``schema`` and load the current sql/ into it (what ``upgrade head`` builds),
+    or the ``sql/`` files of ``sql_dir``."""
     with connect(dsn) as conn:
         drop_schema(conn, schema)
     with psycopg.connect(dsn) as tx:
-        load(tx, schema, current_schema_sql())
+        load(tx, schema, current_schema_sql(sql_dir))
 
 
 def ident(schema: str) -> str:

@@ -19,14 +19,14 @@ server's ``synchronous_commit``, as pgstore runs):
 * ``pgstore_updates``: the two UPDATEs inside ``job_lease_many`` and
   ``job_mark_dispatched_many`` sent bare (prepared), on pgstore's table: what the
   functions around them (checks, plpgsql, the answer's assembly) add.
-* ``proto_batch``: ``job_lease_many`` then ``proto_mark_many``, a prototype of
-  ``job_mark_dispatched_many`` defined here in the bench's own schema only (no revision
-  ships it; docs/performance.md, "Where the batch path's cost goes"): the same
-  arguments, checks and answers, with ``check_run_ids`` done in one pass over the array
-  for well-formed input, and, when every job was recorded and none was cancelled (the
-  common case), the answer given without building the jsonb object of the recorded
-  jobs or looking each job up in it.
-
+* ``mark_lease_batch``: ``job_lease_many`` once, then ``proto_mark_lease_many``, a
+  prototype defined here in the bench's own schema only (no revision ships it;
+  docs/performance.md, "Where the batch path's cost goes"): one call, one commit, that
+  marks a batch (``job_mark_dispatched_many``) and leases the next (``job_lease_many``),
+  answering both; the whole call is counted as the mark.
+* ``base_batch`` (only with ``--floor-base-sql DIR``): ``pgstore_batch`` on a second
+  schema loaded from another ``sql/`` directory (main's, say), in the same process and
+  interleaved: a change to the batch functions measured before and after.
 * ``dispatcher``: pgstore's ``Dispatcher`` (``AsyncPgJobStore`` on one connection,
   ``batch_size`` 500, ``concurrency`` 1000, an ``async def`` dispatch that returns a
   worker id, no event subscriber) draining the same table in this process: its client
@@ -72,7 +72,9 @@ TTL = 30_000
 ME = "floor-worker"
 
 VARIANTS = ("bare_text", "bare_bigint", "pgstore_batch", "pgstore_single",
-            "pgstore_updates", "proto_batch", "dispatcher")
+            "pgstore_updates", "mark_lease_batch", "dispatcher")
+#: The variant ``--floor-base-sql`` adds: the batch path on the other sql/ directory.
+BASE_VARIANT = "base_batch"
 #: The Dispatcher variant's ``concurrency``: two batches in flight.
 DISPATCHER_CONCURRENCY = 1000
 
@@ -147,7 +149,7 @@ def _pg_mark_update(s: str) -> str:
 UPDATE {s}.jobs j
    SET dispatched = true,
        worker_id = (SELECT jsonb_object(%(ids)b::text[], %(workers)b::text[])) ->> j.run_id,
-       finished_at = coalesce(j.finished_at, {s}.now_ms())
+       finished_at = coalesce(j.finished_at, (SELECT {s}.now_ms()))
  WHERE j.run_id = ANY (%(ids)b::text[])
    AND j.lease_holder = %(holder)s
    AND j.lease_sequence = coalesce(
@@ -156,79 +158,27 @@ UPDATE {s}.jobs j
 RETURNING j.run_id, j.cancelled"""
 
 
-#: The proposed batch functions (docs/performance.md, "Where the batch path's cost
-#: goes"), in the bench's schema only: job_lease_many and job_mark_dispatched_many with
-#: the same arguments, rules and answers.
+#: The prototype of one call that marks a batch and leases the next (docs/performance.md,
+#: "Where the batch path's cost goes"), in the bench's schema only: the mark's answer
+#: (run_id, cancelled, recorded), then the leased jobs (run_id, lease_sequence and the
+#: row), through the shipped functions, unchanged.
 def _proto_ddl(s: str) -> str:
     return f"""
-CREATE FUNCTION {s}.check_run_ids_fast(p_run_ids text[]) RETURNS void
-LANGUAGE plpgsql SET search_path FROM CURRENT
-AS $$
--- check_run_ids in one pass over the array for well-formed input (the bad elements
--- and the distinct count together); any doubt: the shipped check, for its message.
--- @plpgsql_check_options: performance_warnings = false
-BEGIN
-    IF p_run_ids IS NULL OR array_ndims(p_run_ids) > 1
-       OR cardinality(p_run_ids) > batch_max()
-       OR (SELECT count(DISTINCT r) FILTER (WHERE r IS NOT NULL AND r <> ''
-                                                 AND length(r) <= 1024)
-             FROM unnest(p_run_ids) AS u(r)) < cardinality(p_run_ids) THEN
-        PERFORM check_run_ids(p_run_ids);
-    END IF;
-END
-$$;
-
-CREATE FUNCTION {s}.proto_mark_many(
-    p_run_ids text[], p_holder text, p_worker_ids text[],
-    p_lease_sequences bigint[] DEFAULT NULL
-) RETURNS TABLE (run_id text, cancelled boolean, recorded boolean)
+CREATE FUNCTION {s}.proto_mark_lease_many(
+    p_run_ids text[], p_holder text, p_worker_ids text[], p_lease_sequences bigint[],
+    p_now bigint, p_ttl_ms bigint, p_limit integer
+) RETURNS TABLE (run_id text, cancelled boolean, recorded boolean, lease_sequence bigint,
+                 job {s}.jobs)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_worker_ids jsonb;
-    v_fences     jsonb;
-    v_ids        text[];     -- the jobs the UPDATE recorded
-    v_flags      boolean[];  -- and their cancelled flags
-    v_marked     jsonb;
 BEGIN
-    PERFORM check_primary();
-    PERFORM check_run_ids_fast(p_run_ids);
-    PERFORM check_name('holder', p_holder);
-    PERFORM check_same_length('worker_ids', p_worker_ids, cardinality(p_run_ids));
-    IF EXISTS (SELECT FROM unnest(p_worker_ids) AS u(w) WHERE length(w) > 1024) THEN
-        PERFORM raise_invalid('worker_ids must hold strings of at most 1024 characters');
-    END IF;
-    PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
-    v_worker_ids := jsonb_object(p_run_ids, p_worker_ids);
-    v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
-
-    WITH marked AS (
-        UPDATE jobs j
-           SET dispatched = true,
-               worker_id = v_worker_ids ->> j.run_id,
-               finished_at = coalesce(j.finished_at, now_ms())
-         WHERE j.run_id = ANY (p_run_ids)
-           AND j.lease_holder = p_holder
-           AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
-        RETURNING j.run_id, j.cancelled)
-    SELECT array_agg(m.run_id), array_agg(m.cancelled) INTO v_ids, v_flags FROM marked m;
-
-    -- Every job recorded (the run ids are distinct, and each row is updated once) and
-    -- none cancelled: the answer is known without looking a job up.
-    IF cardinality(v_ids) = cardinality(p_run_ids) AND array_position(v_flags, true) IS NULL
-    THEN
-        RETURN QUERY SELECT u.run_id, false, true FROM unnest(p_run_ids) AS u(run_id);
-        RETURN;
-    END IF;
-    v_marked := jsonb_object(v_ids, v_flags::text[]);
     RETURN QUERY
-    SELECT u.run_id,
-           coalesce((v_marked ->> u.run_id)::boolean,
-                    (SELECT s.cancelled FROM jobs s WHERE s.run_id = u.run_id),
-                    false),
-           (v_marked ->> u.run_id) IS NOT NULL
-      FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
-     ORDER BY u.ord;
+    SELECT m.run_id, m.cancelled, m.recorded, NULL::bigint, NULL::jobs
+      FROM job_mark_dispatched_many(p_run_ids, p_holder, p_worker_ids,
+                                    p_lease_sequences) AS m;
+    RETURN QUERY
+    SELECT l.run_id, NULL::boolean, NULL::boolean, l.lease_sequence, l
+      FROM job_lease_many(p_holder, p_now, p_ttl_ms, p_limit) AS l;
 END
 $$;
 """
@@ -289,16 +239,30 @@ class Floor:
         self.conn.execute(f"SET search_path TO {self.s}".encode(), prepare=False)
         self.conn.execute(_proto_ddl(self.s).encode(), prepare=False)
         self.pid = int(self.conn.info.backend_pid)
+        self.base: str | None = None  # the base_batch variant's schema, quoted
+        if cfg.floor_base_sql is not None:
+            self.base_schema = schema_name("queue_floor_base")
+            fresh_store_schema(cfg.dsn, self.base_schema, cfg.floor_base_sql)
+            self.base = ident(self.base_schema)
 
     def close(self) -> None:
         self.conn.close()
         with connect(self.cfg.dsn) as conn:
             drop_schema(conn, self.schema)
+            if self.base is not None:
+                drop_schema(conn, self.base_schema)
+
+    def _schema(self, variant: str) -> str:
+        """The quoted schema whose jobs table ``variant`` drains."""
+        if variant == BASE_VARIANT:
+            assert self.base is not None
+            return self.base
+        return self.s
 
     # -- filling ------------------------------------------------------------------------
 
     def fill(self, variant: str, n: int) -> None:
-        s, c = self.s, self.conn
+        s, c = self._schema(variant), self.conn
         if variant == "bare_text":
             c.execute(f"TRUNCATE {s}.q_text".encode())
             c.execute(f"INSERT INTO {s}.q_text (id, run_at) SELECT 'job-' || lpad(i::text, 8,"
@@ -319,7 +283,7 @@ class Floor:
 
     def left(self, variant: str) -> int:
         """Jobs not yet marked done after a drain."""
-        s = self.s
+        s = self._schema(variant)
         if variant.startswith("bare_"):
             table = "q_text" if variant == "bare_text" else "q_bigint"
             q = f"SELECT count(*) FROM {s}.{table} WHERE status <> 2 OR worker_id IS NULL"
@@ -351,14 +315,12 @@ class Floor:
                     done += len(ids)
 
             return bare
-        if variant in ("pgstore_batch", "proto_batch"):
-            fn_lease, fn_mark = (("job_lease_many", "job_mark_dispatched_many")
-                                 if variant == "pgstore_batch"
-                                 else ("job_lease_many", "proto_mark_many"))
-            lease = (f"SELECT * FROM {s}.{fn_lease}(%s::text, %s::bigint, %s::bigint,"
+        if variant in ("pgstore_batch", BASE_VARIANT):
+            fs = self._schema(variant)
+            lease = (f"SELECT * FROM {fs}.job_lease_many(%s::text, %s::bigint, %s::bigint,"
                      f" %s::integer)")
-            mark = (f"SELECT * FROM {s}.{fn_mark}(%b::text[], %s::text, %b::text[],"
-                    f" %b::bigint[])")
+            mark = (f"SELECT * FROM {fs}.job_mark_dispatched_many(%b::text[], %s::text,"
+                    f" %b::text[], %b::bigint[])")
 
             def batch() -> int:
                 done = 0
@@ -378,6 +340,29 @@ class Floor:
                     done += len(ids)
 
             return batch
+        if variant == "mark_lease_batch":
+            lease = (f"SELECT run_id, lease_sequence FROM {s}.job_lease_many(%s::text,"
+                     f" %s::bigint, %s::bigint, %s::integer)")
+            both = (f"SELECT run_id, cancelled, recorded, lease_sequence, job"
+                    f" FROM {s}.proto_mark_lease_many(%b::text[], %s::text, %b::text[],"
+                    f" %b::bigint[], %s::bigint, %s::bigint, %s::integer)")
+
+            def mark_lease() -> int:
+                done = 0
+                leased = c.execute(lease, (ME, NOW, TTL, FLOOR_BATCH)).fetchall()
+                split("lease")
+                while leased:
+                    ids = [r[0] for r in leased]
+                    seqs = [r[1] for r in leased]
+                    rows = c.execute(both, (ids, ME, [ME] * len(ids), seqs, NOW, TTL,
+                                            FLOOR_BATCH)).fetchall()
+                    split("mark")
+                    answer, leased = rows[:len(ids)], [(r[0], r[3]) for r in rows[len(ids):]]
+                    assert [a[0] for a in answer] == ids and all(a[2] for a in answer)
+                    done += len(ids)
+                return done
+
+            return mark_lease
         if variant == "pgstore_single":
             lease = f"SELECT * FROM {s}.job_lease(%s::text, %s::bigint, %s::bigint)"
             mark = (f"SELECT * FROM {s}.job_mark_dispatched(%s::text, %s::text, %s::text,"
@@ -506,12 +491,16 @@ def run_floor(cfg: Settings) -> dict[str, Any]:
     n = cfg.floor_jobs
     single = min(n, cfg.floor_single_jobs)
     floor = Floor(cfg)
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    variants_run: tuple[str, ...] = VARIANTS
+    if cfg.floor_base_sql is not None:  # beside pgstore_batch, for the interleaving
+        at = VARIANTS.index("pgstore_batch") + 1
+        variants_run = (*VARIANTS[:at], BASE_VARIANT, *VARIANTS[at:])
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants_run}
     try:
-        for variant in VARIANTS:  # one untimed warm-up of each: plans cached, pages read
+        for variant in variants_run:  # one untimed warm-up of each: plans cached, pages read
             floor.drain(variant, min(FLOOR_BATCH * 2, n))
         for _ in range(cfg.floor_repeats):
-            for variant in VARIANTS:
+            for variant in variants_run:
                 runs[variant].append(floor.drain(variant,
                                                  single if variant == "pgstore_single" else n))
     finally:

@@ -113,7 +113,7 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
                                c["buffers"]["other"] / max(c["buffers"]["small"], 1), "<=", 1.1))
     floor = results.get("queue-floor")
     if floor:
-        for name in ("pgstore_batch", "proto_batch"):
+        for name in ("pgstore_batch",):
             over = floor["over_bare_text"].get(name, {}).get("server_sched_us")
             if over:
                 out.append(_target(f"queue floor: {name} / bare text-keyed queue, server CPU"
