@@ -267,11 +267,12 @@ class Fence:
 class StoreStats:
     """One reading of a store's gauges (``store_stats()``), all at the instant ``now``.
 
-    Schedules: how many there are, how many are due and unclaimed (``next_run_at
-    <= now``, no live lease), under a live lease, and one-shots done; the one claimable
-    longest and since when (the later of its ``next_run_at`` and an expired lease's
-    end). Jobs, each in exactly one state: pending (waiting, not due, no live lease),
-    due (waiting, due, no live lease: what a lease would take; ``jobs_due_expired_lease``
+    Schedules: how many there are, how many are due and unclaimed (not paused, ``due_at
+    <= now``, no live lease: what a claim would take), under a live lease, and one-shots
+    done; the one claimable longest and since when (the later of its ``due_at`` and an
+    expired lease's end). Jobs, each in exactly one state: pending (waiting, no live
+    lease, not due or its queue paused), due (waiting, due, no live lease, queue not
+    paused: what a lease would take; ``jobs_due_expired_lease``
     of them after an expired lease), leased (waiting, live lease), dispatched
     (``jobs_recalled`` of them cancelled meanwhile), cancelled (never dispatched), failed
     (out of attempts, not cancelled); and the oldest due job.

@@ -220,8 +220,11 @@ BEGIN
     -- since its upto (the finished jobs' index) and the recalled and failed
     -- jobs' partial index: every finished job is exactly one of dispatched
     -- and not cancelled, recalled, cancelled (not dispatched) or failed (neither),
-    -- so cancelled is the rest. A schedule is due and unclaimed from the later of
-    -- next_run_at and an expired lease's end.
+    -- so cancelled is the rest. A schedule is due and unclaimed, when not paused,
+    -- from the later of due_at (its jittered occurrence, or a pending trigger) and
+    -- an expired lease's end: what schedule_claim_due compares. A job of a paused
+    -- queue is not due (job_lease would not take it): it counts as pending, and is
+    -- never the oldest due job, so a deliberate pause raises no lag alert.
     RETURN QUERY
     SELECT v_now,
            s.total, s.due, s.leased, s.done, os.id, os.since,
@@ -230,29 +233,34 @@ BEGIN
            f.finished - f.dispatched_only - r.recalled - r.failed, r.failed,
            oj.run_id, oj.dispatch_at
       FROM (SELECT count(*) AS total,
-                   count(*) FILTER (WHERE sc.next_run_at <= v_now
+                   count(*) FILTER (WHERE NOT sc.paused
+                                      AND sc.due_at <= v_now
                                       AND (sc.lease_until IS NULL OR sc.lease_until <= v_now))
                      AS due,
                    count(*) FILTER (WHERE sc.lease_until > v_now) AS leased,
                    count(*) FILTER (WHERE sc.next_run_at IS NULL) AS done
               FROM schedules sc) AS s
      CROSS JOIN
-           (SELECT count(*) FILTER (WHERE j.dispatch_at > v_now
+           (SELECT count(*) FILTER (WHERE (j.dispatch_at > v_now OR j.paused)
                                       AND (j.lease_until IS NULL OR j.lease_until <= v_now))
                      AS pending,
-                   count(*) FILTER (WHERE j.dispatch_at <= v_now
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND NOT j.paused
                                       AND (j.lease_until IS NULL OR j.lease_until <= v_now))
                      AS due,
-                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND j.lease_until <= v_now)
+                   count(*) FILTER (WHERE j.dispatch_at <= v_now AND NOT j.paused
+                                      AND j.lease_until <= v_now)
                      AS due_expired,
                    count(*) FILTER (WHERE j.lease_until > v_now) AS leased
-              FROM (SELECT d.dispatch_at, d.lease_until
+              FROM (SELECT d.dispatch_at, d.lease_until,
+                           coalesce((SELECT p.paused FROM queues p WHERE p.queue = 'default'),
+                                    false) AS paused
                       FROM jobs d
                      WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
                        AND d.queue = 'default' AND d.priority = 0
                     UNION ALL
-                    SELECT q.dispatch_at, q.lease_until
+                    SELECT q.dispatch_at, q.lease_until, coalesce(p.paused, false)
                       FROM jobs q
+                      LEFT JOIN queues p ON p.queue = q.queue
                      WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
                        AND (q.queue <> 'default' OR q.priority <> 0)) AS j) AS w
      CROSS JOIN
@@ -274,11 +282,12 @@ BEGIN
              WHERE (j.dispatched AND j.cancelled)
                 OR (j.failed AND NOT j.cancelled AND NOT j.dispatched)) AS r
       LEFT JOIN LATERAL
-           (SELECT sc.id, greatest(sc.next_run_at, sc.lease_until) AS since
+           (SELECT sc.id, greatest(sc.due_at, sc.lease_until) AS since
               FROM schedules sc
-             WHERE sc.next_run_at <= v_now
+             WHERE NOT sc.paused
+               AND sc.due_at <= v_now
                AND (sc.lease_until IS NULL OR sc.lease_until <= v_now)
-             ORDER BY greatest(sc.next_run_at, sc.lease_until), sc.id
+             ORDER BY greatest(sc.due_at, sc.lease_until), sc.id
              LIMIT 1) AS os ON true
       LEFT JOIN LATERAL
            (SELECT o.run_id, o.dispatch_at
@@ -288,6 +297,8 @@ BEGIN
                         AND j.queue = 'default' AND j.priority = 0
                         AND j.dispatch_at <= v_now
                         AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                        AND NOT EXISTS (SELECT FROM queues p
+                                         WHERE p.queue = 'default' AND p.paused)
                       ORDER BY j.dispatch_at, j.run_id
                       LIMIT 1)
                     UNION ALL
@@ -297,6 +308,8 @@ BEGIN
                         AND (j.queue <> 'default' OR j.priority <> 0)
                         AND j.dispatch_at <= v_now
                         AND (j.lease_until IS NULL OR j.lease_until <= v_now)
+                        AND NOT EXISTS (SELECT FROM queues p
+                                         WHERE p.queue = j.queue AND p.paused)
                       ORDER BY j.dispatch_at, j.run_id
                       LIMIT 1)) AS o
              ORDER BY o.dispatch_at, o.run_id
@@ -306,10 +319,12 @@ $$;
 
 COMMENT ON FUNCTION store_stats(bigint) IS
 'One row of gauges at p_now (NULL: now_ms()), from one snapshot. Schedules: how many, '
-'how many due and unclaimed (next_run_at <= now, no live lease), under a live lease, '
+'how many due and unclaimed (not paused, due_at <= now, no live lease: what '
+'schedule_claim_due would take), under a live lease, '
 'one-shots done (tombstones), and the one claimable longest (its id, and since when: the '
-'later of next_run_at and an expired lease''s end). Jobs, each in exactly one state: '
-'pending (waiting, not due, no live lease), due (waiting, due, no live lease: what '
+'later of due_at and an expired lease''s end). Jobs, each in exactly one state: '
+'pending (waiting, no live lease, not due or its queue paused), due (waiting, due, no '
+'live lease, queue not paused: what '
 'job_lease would take; jobs_due_expired_lease of them after an expired lease), leased '
 '(waiting, live lease), dispatched (jobs_recalled of them cancelled meanwhile), '
 'cancelled (never dispatched), failed (out of attempts, not cancelled); and the oldest '
