@@ -239,73 +239,167 @@ COMMENT ON FUNCTION job_lease_groups(text[]) IS
 '(NULL: every queue) that are not paused (queues.paused): one index probe per pair (the '
 'default group, queue ''default'' at priority 0, in jobs_pending_by_dispatch_at; the '
 'others by a loose scan of jobs_pending_by_queue, from its newest end), never a walk of '
-'a backlog, a paused queue''s included. What job_lease_take reads first.';
+'a backlog, a paused queue''s included. What job_lease_due reads first.';
 
-CREATE FUNCTION job_lease_take(
-    p_holder text, p_now bigint, p_until bigint, p_limit integer, p_queues text[]
-) RETURNS SETOF jobs
-LANGUAGE plpgsql
+CREATE FUNCTION job_lease_due(
+    p_now bigint, p_queues text[], OUT queues text[], OUT priorities integer[]
+)
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan
 AS $$
 -- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
 -- its pinned search_path), after they checked every argument, when some
 -- pending job is outside the default group or p_queues names queues.
+--
+-- Each statement is planned once per session (a generic plan): a custom plan,
+-- made at every call as p_now and p_queues change, cost more than all the
+-- probes it runs (0.3 to 1.5 ms a call). A generic plan must never scan the
+-- table: every read of jobs below is a scalar LIMIT 1 subquery (never an
+-- EXISTS, which the planner may turn into a hash join over a whole group) that
+-- equates one group's queue and priority (the outer row's, or the default
+-- group's constants), states the predicate of the index that holds the group
+-- and orders by that index's next columns, so a descent of that index serves
+-- it and the first entry it finds ends it.
+--
+-- The groups worth walking: those other than the default group (queue
+-- 'default', priority 0) whose due head holds a job leasable now, and the
+-- default group when it may be leased (named, not paused) and either no other
+-- group is (its walk, the caller's, then probes it itself) or its due head
+-- holds one. Paused queues are left out, their backlog unread.
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    IF p_queues IS NULL THEN
+        -- Every queue: the groups of jobs_pending_by_queue by the loose index
+        -- scan of job_lease_groups, backwards; no parameter but p_now.
+        WITH RECURSIVE pairs AS (
+            (SELECT c.queue, c.priority
+               FROM jobs c
+              WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                AND (c.queue <> 'default' OR c.priority <> 0)
+              ORDER BY c.queue DESC, c.priority
+              LIMIT 1)
+            UNION ALL
+            SELECT n.queue, n.priority
+              FROM pairs p
+             CROSS JOIN LATERAL (
+                   (SELECT c.queue, c.priority
+                      FROM jobs c
+                     WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                       AND (c.queue <> 'default' OR c.priority <> 0)
+                       AND c.queue = p.queue AND c.priority > p.priority
+                     ORDER BY c.priority
+                     LIMIT 1)
+                   UNION ALL
+                   (SELECT c.queue, c.priority
+                      FROM jobs c
+                     WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                       AND (c.queue <> 'default' OR c.priority <> 0)
+                       AND c.queue < p.queue
+                     ORDER BY c.queue DESC, c.priority
+                     LIMIT 1)
+                   LIMIT 1) n
+        ),
+        others AS MATERIALIZED (
+            SELECT p.queue, p.priority
+              FROM pairs p
+             WHERE (SELECT true
+                       FROM jobs c
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                        AND (c.queue <> 'default' OR c.priority <> 0)
+                        AND c.queue = p.queue AND c.priority = p.priority
+                        AND c.dispatch_at <= p_now
+                        AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                      ORDER BY c.dispatch_at, c.run_id
+                      LIMIT 1)
+               AND NOT EXISTS (SELECT FROM queues s WHERE s.queue = p.queue AND s.paused)
+        )
+        SELECT array_agg(d.queue), array_agg(d.priority)
+          INTO queues, priorities
+          FROM (SELECT o.queue, o.priority FROM others o
+                UNION ALL
+                SELECT 'default'::text COLLATE "C", 0
+                 WHERE NOT EXISTS (SELECT FROM queues s
+                                    WHERE s.queue = 'default' AND s.paused)
+                   AND (NOT EXISTS (SELECT FROM others)
+                        OR (SELECT true
+                               FROM jobs c
+                              WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                                AND c.queue = 'default' AND c.priority = 0
+                                AND c.dispatch_at <= p_now
+                                AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                              ORDER BY c.dispatch_at, c.run_id
+                              LIMIT 1))) d;
+    ELSE
+        -- Given queues: job_lease_groups (the default group's among them when
+        -- named and holding a pending job; paused queues left out).
+        WITH groups AS MATERIALIZED (
+            SELECT g.queue, g.priority FROM job_lease_groups(p_queues) g
+        ),
+        others AS MATERIALIZED (
+            SELECT g.queue, g.priority
+              FROM groups g
+             WHERE (g.queue <> 'default' OR g.priority <> 0)
+               AND (SELECT true
+                       FROM jobs c
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                        AND (c.queue <> 'default' OR c.priority <> 0)
+                        AND c.queue = g.queue AND c.priority = g.priority
+                        AND c.dispatch_at <= p_now
+                        AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                      ORDER BY c.dispatch_at, c.run_id
+                      LIMIT 1)
+        )
+        SELECT array_agg(d.queue), array_agg(d.priority)
+          INTO queues, priorities
+          FROM (SELECT o.queue, o.priority FROM others o
+                UNION ALL
+                SELECT g.queue, g.priority
+                  FROM groups g
+                 WHERE g.queue = 'default' AND g.priority = 0
+                   AND (NOT EXISTS (SELECT FROM others)
+                        OR (SELECT true
+                               FROM jobs c
+                              WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                                AND c.queue = 'default' AND c.priority = 0
+                                AND c.dispatch_at <= p_now
+                                AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                              ORDER BY c.dispatch_at, c.run_id
+                              LIMIT 1))) d;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION job_lease_due(bigint, text[]) IS
+'The (queue, priority) groups a lease at p_now walks, of the queues p_queues names '
+'(NULL: every queue), none paused, as two arrays in one order (both NULL: none): each '
+'group other than the default one (queue ''default'', priority 0) whose due head holds '
+'a job leasable at p_now (due, not under a live lease), and the default group when it '
+'may be leased and either no other group is listed or its due head holds one. Index '
+'probes only (job_lease_groups, then one probe of each group''s due head), each '
+'statement planned once per session. What job_lease and job_lease_many read when some '
+'pending job is outside the default group or p_queues names queues.';
+
+CREATE FUNCTION job_lease_take(
+    p_holder text, p_now bigint, p_until bigint, p_limit integer,
+    p_queues text[], p_priorities integer[]
+) RETURNS SETOF jobs
+LANGUAGE plpgsql
+AS $$
+-- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
+-- its pinned search_path), after they checked every argument and found, with
+-- job_lease_due, the groups p_queues and p_priorities (in one order) with jobs
+-- leasable now: several, or one other than the default group (whose walk is
+-- theirs).
 -- @plpgsql_check_options: performance_warnings = false
 DECLARE
-    v_queues  text[];
-    v_prios   integer[];
-    v_default boolean;
     v_window  integer;
     v_left    integer := p_limit;
     v_more    boolean;
     v_rows    jobs[] := ARRAY[]::jobs[];
     v_round   jobs[];
+    v_default boolean;
 BEGIN
-    -- The (queue, priority) groups that hold pending jobs (one index probe each).
-    -- Every queue: a statement with no parameter (job_lease_groups is inlined, its
-    -- NULL folded), so its plan is made once per session, not at each call (about
-    -- 3 ms: seven reads of jobs, each weighing five indexes).
-    IF p_queues IS NULL THEN
-        SELECT array_agg(g.queue), array_agg(g.priority)
-          INTO v_queues, v_prios
-          FROM job_lease_groups(NULL) g;
-    ELSE
-        SELECT array_agg(g.queue), array_agg(g.priority)
-          INTO v_queues, v_prios
-          FROM job_lease_groups(p_queues) g;
-    END IF;
-    IF v_queues IS NULL THEN
-        RETURN;
-    END IF;
-    -- Of several, the ones with a job leasable now (a probe of each group's due
-    -- head): a group whose jobs are all in the future, or all held, drops out.
-    -- One group alone is not probed: the walk below reads its due head anyway.
-    IF cardinality(v_queues) > 1 THEN
-        SELECT array_agg(g.queue), array_agg(g.priority)
-          INTO v_queues, v_prios
-          FROM unnest(v_queues, v_prios) AS g(queue, priority)
-         WHERE CASE WHEN g.queue = 'default' AND g.priority = 0
-                    THEN (SELECT true
-                            FROM jobs c
-                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                             AND c.queue = 'default' AND c.priority = 0
-                             AND c.dispatch_at <= p_now
-                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
-                           ORDER BY c.dispatch_at, c.run_id
-                           LIMIT 1)
-                    ELSE (SELECT true
-                            FROM jobs c
-                           WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                             AND (c.queue <> 'default' OR c.priority <> 0)
-                             AND c.queue = g.queue AND c.priority = g.priority
-                             AND c.dispatch_at <= p_now
-                             AND (c.lease_until IS NULL OR c.lease_until <= p_now)
-                           ORDER BY c.dispatch_at, c.run_id
-                           LIMIT 1) END;
-        IF v_queues IS NULL THEN
-            RETURN;
-        END IF;
-    END IF;
-    v_default := EXISTS (SELECT FROM unnest(v_queues, v_prios) AS g(queue, priority)
+    v_default := EXISTS (SELECT FROM unnest(p_queues, p_priorities) AS g(queue, priority)
                          WHERE g.queue = 'default' AND g.priority = 0);
 
     -- Every read of a group below states the predicate of the index that holds
@@ -318,7 +412,7 @@ BEGIN
     -- this statement (InitPlans, once), never by an earlier one, and a job out
     -- of attempts is failed by this UPDATE instead of leased (it counts against
     -- p_limit and is left out of the answer).
-    IF cardinality(v_queues) = 1 THEN
+    IF cardinality(p_queues) = 1 AND NOT v_default THEN
         RETURN QUERY
         WITH leased AS (
             UPDATE jobs j
@@ -342,27 +436,17 @@ BEGIN
                                                  '(max_attempts %s), the last lease '
                                                  'expired without a release',
                                                  j.attempts, j.max_attempts) END
-             WHERE j.run_id = ANY (CASE WHEN v_default THEN ARRAY(
-                       SELECT c.run_id
-                         FROM jobs c
-                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                          AND c.queue = 'default' AND c.priority = 0
-                          AND c.dispatch_at <= p_now
-                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
-                        ORDER BY c.dispatch_at, c.run_id
-                        LIMIT p_limit
-                          FOR UPDATE SKIP LOCKED)
-                   ELSE ARRAY(
+             WHERE j.run_id = ANY (ARRAY(
                        SELECT c.run_id
                          FROM jobs c
                         WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
                           AND (c.queue <> 'default' OR c.priority <> 0)
-                          AND c.queue = v_queues[1] AND c.priority = v_prios[1]
+                          AND c.queue = p_queues[1] AND c.priority = p_priorities[1]
                           AND c.dispatch_at <= p_now
                           AND (c.lease_until IS NULL OR c.lease_until <= p_now)
                         ORDER BY c.dispatch_at, c.run_id
                         LIMIT p_limit
-                          FOR UPDATE SKIP LOCKED) END)
+                          FOR UPDATE SKIP LOCKED))
             RETURNING j.*)
         SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
         RETURN;
@@ -398,7 +482,7 @@ BEGIN
                      WHERE v_default) w
             UNION ALL
             SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
-              FROM unnest(v_queues, v_prios) AS g(queue, priority)
+              FROM unnest(p_queues, p_priorities) AS g(queue, priority)
              CROSS JOIN LATERAL (
                    SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
                           count(*) OVER () AS n
@@ -454,7 +538,7 @@ BEGIN
                                AND c.dispatch_at <= p_now
                                AND (c.lease_until IS NULL OR c.lease_until <= p_now)
                                AND (c.queue, c.priority) IN (
-                                       SELECT * FROM unnest(v_queues, v_prios)))
+                                       SELECT * FROM unnest(p_queues, p_priorities)))
                               IS TRUE
                         ORDER BY c.priority DESC, c.dispatch_at, c.run_id
                         LIMIT v_left
@@ -478,7 +562,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION job_lease_take(text, bigint, bigint, integer, text[]) IS
+COMMENT ON FUNCTION job_lease_take(text, bigint, bigint, integer, text[], integer[]) IS
 'The lease of job_lease and job_lease_many (which check the arguments first) when some '
 'pending job is outside the default group (queue ''default'', priority 0) or p_queues '
 'names queues: leases to p_holder until p_until up to p_limit due jobs of the queues '
@@ -500,6 +584,8 @@ DECLARE
     v_until bigint;
     v_others boolean;
     v_paused boolean;
+    v_queues text[];
+    v_prios  integer[];
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -520,7 +606,9 @@ BEGIN
     -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
     -- A job out of attempts (its last lease expired without a release) is
     -- failed instead, by the same UPDATE, and not returned. Else, or when
-    -- p_queues names queues: job_lease_take.
+    -- p_queues names queues, job_lease_due finds the groups worth walking (the
+    -- default group alone, when no other has a job leasable now: this same
+    -- statement), and job_lease_take walks the others.
     IF p_queues IS NULL THEN
         SELECT (SELECT true
                   FROM jobs c
@@ -530,50 +618,55 @@ BEGIN
                  LIMIT 1),
                (SELECT s.paused FROM queues s WHERE s.queue = 'default')
           INTO v_others, v_paused;
-        IF v_others IS NULL THEN
-            IF v_paused THEN
-                RETURN;
-            END IF;
-            RETURN QUERY
-            WITH leased AS (
-                UPDATE jobs j
-                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
-                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                             THEN greatest(j.lease_sequence + 1,
-                                                           (SELECT token_floor_at(
-                                                                       (SELECT e.epoch
-                                                                          FROM store_epoch e))),
-                                                           (SELECT f.lease_sequence + 1
-                                                              FROM job_fences f))
-                                             ELSE j.lease_sequence END,
-                       attempts = CASE WHEN j.attempts < j.max_attempts
-                                       THEN j.attempts + 1 ELSE j.attempts END,
-                       failed = j.attempts >= j.max_attempts,
-                       finished_at = CASE WHEN j.attempts < j.max_attempts
-                                          THEN j.finished_at ELSE now_ms() END,
-                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
-                                         ELSE format('out of attempts: leased %s times '
-                                                     '(max_attempts %s), the last lease '
-                                                     'expired without a release',
-                                                     j.attempts, j.max_attempts) END
-                 WHERE j.run_id = (
-                           SELECT c.run_id
-                             FROM jobs c
-                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                              AND c.queue = 'default' AND c.priority = 0
-                              AND c.dispatch_at <= v_now
-                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                            ORDER BY c.dispatch_at, c.run_id
-                            LIMIT 1
-                              FOR UPDATE SKIP LOCKED)
-                RETURNING j.*)
-            SELECT l.* FROM leased l WHERE NOT l.failed;
+    END IF;
+    IF p_queues IS NOT NULL OR v_others THEN
+        SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
+        IF v_queues IS NULL THEN
             RETURN;
         END IF;
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] THEN
+            RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1,
+                                                      v_queues, v_prios);
+            RETURN;
+        END IF;
+    ELSIF v_paused THEN
+        RETURN;
     END IF;
-
-    RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1, p_queues);
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE jobs j
+           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+               lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                     THEN greatest(j.lease_sequence + 1,
+                                                   (SELECT token_floor_at(
+                                                               (SELECT e.epoch
+                                                                  FROM store_epoch e))),
+                                                   (SELECT f.lease_sequence + 1
+                                                      FROM job_fences f))
+                                     ELSE j.lease_sequence END,
+               attempts = CASE WHEN j.attempts < j.max_attempts
+                               THEN j.attempts + 1 ELSE j.attempts END,
+               failed = j.attempts >= j.max_attempts,
+               finished_at = CASE WHEN j.attempts < j.max_attempts
+                                  THEN j.finished_at ELSE now_ms() END,
+               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                 ELSE format('out of attempts: leased %s times '
+                                             '(max_attempts %s), the last lease '
+                                             'expired without a release',
+                                             j.attempts, j.max_attempts) END
+         WHERE j.run_id = (
+                   SELECT c.run_id
+                     FROM jobs c
+                    WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                      AND c.queue = 'default' AND c.priority = 0
+                      AND c.dispatch_at <= v_now
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                    ORDER BY c.dispatch_at, c.run_id
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+        RETURNING j.*)
+    SELECT l.* FROM leased l WHERE NOT l.failed;
 END
 $$;
 

@@ -169,6 +169,8 @@ DECLARE
     v_until bigint;
     v_others boolean;
     v_paused boolean;
+    v_queues text[];
+    v_prios  integer[];
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('holder', p_holder);
@@ -199,7 +201,9 @@ BEGIN
     -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
     -- A job out of attempts (its last lease expired without a release) is
     -- failed instead, by the same UPDATE, and not returned. Else, or when
-    -- p_queues names queues: job_lease_take.
+    -- p_queues names queues, job_lease_due finds the groups worth walking (the
+    -- default group alone, when no other has a job leasable now: this same
+    -- statement), and job_lease_take walks the others.
     IF p_queues IS NULL THEN
         SELECT (SELECT true
                   FROM jobs c
@@ -209,50 +213,55 @@ BEGIN
                  LIMIT 1),
                (SELECT s.paused FROM queues s WHERE s.queue = 'default')
           INTO v_others, v_paused;
-        IF v_others IS NULL THEN
-            IF v_paused THEN
-                RETURN;
-            END IF;
-            RETURN QUERY
-            WITH leased AS (
-                UPDATE jobs j
-                   SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-                       lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
-                       lease_sequence = CASE WHEN j.attempts < j.max_attempts
-                                             THEN greatest(j.lease_sequence + 1,
-                                                           (SELECT token_floor_at(
-                                                                       (SELECT e.epoch
-                                                                          FROM store_epoch e))),
-                                                           (SELECT f.lease_sequence + 1
-                                                              FROM job_fences f))
-                                             ELSE j.lease_sequence END,
-                       attempts = CASE WHEN j.attempts < j.max_attempts
-                                       THEN j.attempts + 1 ELSE j.attempts END,
-                       failed = j.attempts >= j.max_attempts,
-                       finished_at = CASE WHEN j.attempts < j.max_attempts
-                                          THEN j.finished_at ELSE now_ms() END,
-                       last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
-                                         ELSE format('out of attempts: leased %s times '
-                                                     '(max_attempts %s), the last lease '
-                                                     'expired without a release',
-                                                     j.attempts, j.max_attempts) END
-                 WHERE j.run_id = ANY (ARRAY(
-                           SELECT c.run_id
-                             FROM jobs c
-                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                              AND c.queue = 'default' AND c.priority = 0
-                              AND c.dispatch_at <= v_now
-                              AND (c.lease_until IS NULL OR c.lease_until <= v_now)
-                            ORDER BY c.dispatch_at, c.run_id
-                            LIMIT p_limit
-                              FOR UPDATE SKIP LOCKED))
-                RETURNING j.*)
-            SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+    END IF;
+    IF p_queues IS NOT NULL OR v_others THEN
+        SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
+        IF v_queues IS NULL THEN
             RETURN;
         END IF;
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] THEN
+            RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit,
+                                                      v_queues, v_prios);
+            RETURN;
+        END IF;
+    ELSIF v_paused THEN
+        RETURN;
     END IF;
-
-    RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit, p_queues);
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE jobs j
+           SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+               lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                     THEN greatest(j.lease_sequence + 1,
+                                                   (SELECT token_floor_at(
+                                                               (SELECT e.epoch
+                                                                  FROM store_epoch e))),
+                                                   (SELECT f.lease_sequence + 1
+                                                      FROM job_fences f))
+                                     ELSE j.lease_sequence END,
+               attempts = CASE WHEN j.attempts < j.max_attempts
+                               THEN j.attempts + 1 ELSE j.attempts END,
+               failed = j.attempts >= j.max_attempts,
+               finished_at = CASE WHEN j.attempts < j.max_attempts
+                                  THEN j.finished_at ELSE now_ms() END,
+               last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                 ELSE format('out of attempts: leased %s times '
+                                             '(max_attempts %s), the last lease '
+                                             'expired without a release',
+                                             j.attempts, j.max_attempts) END
+         WHERE j.run_id = ANY (ARRAY(
+                   SELECT c.run_id
+                     FROM jobs c
+                    WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                      AND c.queue = 'default' AND c.priority = 0
+                      AND c.dispatch_at <= v_now
+                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                    ORDER BY c.dispatch_at, c.run_id
+                    LIMIT p_limit
+                      FOR UPDATE SKIP LOCKED))
+        RETURNING j.*)
+    SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
 END
 $$;
 

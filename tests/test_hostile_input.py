@@ -286,7 +286,8 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                                  'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
                                  'job_history_advance', 'job_history_forget',
                                  'schedule_due_at',
-                                 'job_lease_groups', 'job_lease_take')
+                                 'job_lease_groups', 'job_lease_due',
+                                 'job_lease_take')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
            -- the generated column's expression, against its reference in

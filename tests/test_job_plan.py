@@ -125,8 +125,9 @@ def lease_statement(conn: psycopg.Connection[Any], group: bool = False) -> str:
     """The walk that picks and locks the row to lease. Of the default group (queue
     ``'default'`` at priority 0, every job here): the scalar ``(SELECT … FOR UPDATE SKIP
     LOCKED)`` in the installed ``job_lease``'s body, its common case. Of another group
-    (``group``): the second ``ARRAY(SELECT … SKIP LOCKED)`` in ``job_lease_take``'s body
-    (from pgstore_0019), the group's queue and priority as literals (``'q'``, 0)."""
+    (``group``): the first ``ARRAY(SELECT … SKIP LOCKED)`` in ``job_lease_take``'s body
+    (the walk of one group other than the default one), the group's queue and priority as
+    literals (``'q'``, 0)."""
     if not group:
         row = conn.execute(
             "SELECT prosrc FROM pg_proc WHERE oid ="
@@ -139,13 +140,13 @@ def lease_statement(conn: psycopg.Connection[Any], group: bool = False) -> str:
         return found.group(1)
     row = conn.execute(
         "SELECT prosrc FROM pg_proc WHERE oid ="
-        " 'job_lease_take(text, bigint, bigint, integer, text[])'::regprocedure"
+        " 'job_lease_take(text, bigint, bigint, integer, text[], integer[])'::regprocedure"
     ).fetchone()
     assert row is not None
     walks = re.findall(r"ARRAY\(\s*(SELECT\s+c\.run_id\b.*?SKIP\s+LOCKED)\s*\)", row[0],
                        re.S | re.I)
     assert len(walks) >= 2, f"no group walk in job_lease_take's body:\n{row[0]}"
-    return (str(walks[1]).replace("v_queues[1]", "'q'").replace("v_prios[1]", "0")
+    return (str(walks[0]).replace("p_queues[1]", "'q'").replace("p_priorities[1]", "0")
             .replace("p_now", "v_now").replace("p_limit", "1"))
 
 

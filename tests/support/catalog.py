@@ -87,13 +87,13 @@ def without_marks(found: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tup
 #: (batch_max, and the plpgsql check_run_ids, check_same_length, check_lease_sequences),
 #: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history),
 #: schedule_due_at (immutable SQL: the expression of the generated schedules.due_at),
-#: and the queues' check_payload, check_queues and the lease's job_lease_groups and
-#: job_lease_take (plpgsql and sql: job_lease and job_lease_many call them).
+#: and the queues' check_payload, check_queues and the lease's job_lease_groups,
+#: job_lease_due and job_lease_take (plpgsql and sql: job_lease and job_lease_many call them).
 INLINED_HELPERS = frozenset(
     {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present",
      "check_one_of", "check_length", "check_now", "check_lease", "check_sequence",
      "check_primary", "raise_standby", "token_floor_at", "raise_no_epoch", "batch_max",
      "check_run_ids", "check_same_length", "check_lease_sequences", "job_history_advance",
      "job_history_forget", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
-     "job_lease_take"}
+     "job_lease_due", "job_lease_take"}
 )
