@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pgstore.cli.commands import main as cli_main
 from pgstore.postgres.grants import CLIENT_FUNCTIONS, MONITOR_FUNCTIONS
 from pgstore.schema.migrations import downgrade, migrate
-from tests.support.catalog import INLINED_HELPERS
+from tests.support.catalog import HELPER_CONFIG, INLINED_HELPERS
 
 SCHEMA = "shop"
 
@@ -163,7 +163,7 @@ def test_the_migration_creates_a_nologin_client_role(shop: tuple[str, Roles]) ->
         helper = name in INLINED_HELPERS
         assert secdef is (not helper), name
         pinned = [f"search_path={SCHEMA}, pg_temp"]
-        assert config == (None if helper else pinned), name
+        assert config == (HELPER_CONFIG.get(name) if helper else pinned), name
 
 
 def test_a_role_without_the_grant_is_refused_everywhere(shop: tuple[str, Roles]) -> None:

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.catalog import INLINED_HELPERS
+from tests.support.catalog import HELPER_CONFIG, INLINED_HELPERS
 
 
 @pytest.fixture
@@ -444,10 +444,8 @@ def test_every_function_has_a_comment(db: psycopg.Connection[Any], pgstore_schem
     assert len(rows) >= 23
     for name, comment, config in rows:
         assert comment, f"{name} has no COMMENT ON FUNCTION"
-        if name == "job_lease_due":  # plpgsql, its probes planned once per session
-            assert config == ["plan_cache_mode=force_generic_plan"], config
-        elif name in INLINED_HELPERS:  # a SET clause would stop the planner inlining them
-            assert config is None, name
+        if name in INLINED_HELPERS:  # a SET clause would stop the planner inlining them
+            assert config == HELPER_CONFIG.get(name), name
         else:
             assert config == [f"search_path={pgstore_schema}, pg_temp"], name
 

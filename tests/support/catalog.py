@@ -97,3 +97,8 @@ INLINED_HELPERS = frozenset(
      "job_history_forget", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
      "job_lease_due", "job_lease_take"}
 )
+
+#: The one helper with a SET clause (a helper runs as its caller, on the caller's pinned
+#: path): job_lease_due, plpgsql, whose LIMIT 1 probes are planned once per session.
+HELPER_CONFIG: dict[str, list[str]] = {"job_lease_due": ["plan_cache_mode=force_generic_plan"]}
+
