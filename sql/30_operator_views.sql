@@ -335,7 +335,9 @@ COMMENT ON FUNCTION store_stats(bigint) IS
 'COMMITTED and not read-only, it first moves job_history forward '
 '(job_history_advance): VOLATILE, and it may write that one row.';
 
-CREATE FUNCTION job_list(p_filter text, p_now bigint, p_limit integer)
+CREATE FUNCTION job_list(
+    p_filter text, p_now bigint, p_limit integer, p_queues text[] DEFAULT NULL
+)
 RETURNS TABLE (
     run_id       text,
     dispatch_at  bigint,
@@ -363,6 +365,7 @@ DECLARE
     v_now bigint;
 BEGIN
     PERFORM check_one_of('filter', p_filter, ARRAY['all', 'due', 'dispatched', 'failed']);
+    PERFORM check_queues(p_queues);
     IF p_limit IS NOT NULL THEN
         PERFORM check_positive('limit', p_limit);
     END IF;
@@ -380,12 +383,14 @@ BEGIN
                  WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
                    AND d.queue = 'default' AND d.priority = 0
                    AND d.dispatch_at <= v_now
+                   AND (p_queues IS NULL OR d.queue = ANY (p_queues))
                 UNION ALL
                 SELECT q.*
                   FROM jobs q
                  WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
                    AND (q.queue <> 'default' OR q.priority <> 0)
-                   AND q.dispatch_at <= v_now) AS j
+                   AND q.dispatch_at <= v_now
+                   AND (p_queues IS NULL OR q.queue = ANY (p_queues))) AS j
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSIF p_filter = 'dispatched' THEN
@@ -396,6 +401,7 @@ BEGIN
                count(*) OVER ()
           FROM jobs j
          WHERE j.dispatched
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues))
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSIF p_filter = 'failed' THEN
@@ -406,6 +412,7 @@ BEGIN
                count(*) OVER ()
           FROM jobs j
          WHERE j.failed AND NOT j.cancelled AND NOT j.dispatched
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues))
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     ELSE
@@ -415,17 +422,19 @@ BEGIN
                j.max_attempts, j.last_error, j.failed, j.queue, j.priority, j.payload,
                count(*) OVER ()
           FROM jobs j
+         WHERE p_queues IS NULL OR j.queue = ANY (p_queues)
          ORDER BY j.dispatch_at, j.run_id
          LIMIT p_limit;
     END IF;
 END
 $$;
 
-COMMENT ON FUNCTION job_list(text, bigint, integer) IS
+COMMENT ON FUNCTION job_list(text, bigint, integer, text[]) IS
 'Jobs by dispatch_at, then run_id: the first p_limit (NULL: all) of those p_filter '
-'selects, with the columns of the jobs table in its order, each row then carrying how '
+'selects in the queues p_queues (NULL, the default: every queue), with the columns of the jobs table in its order, each row then carrying how '
 'many match in all (matching). p_filter: ''all''; '
 '''due'' (waiting and due at p_now, NULL meaning now_ms(), leased or not); '
 '''dispatched''; ''failed'' (out of attempts and not cancelled: what job_retry takes '
 'back). The operator''s view of the table (pgstore jobs); 22023 for another '
-'filter or a p_limit that is not positive.';
+'filter, a p_limit that is not positive, or p_queues not NULL nor a non-empty array of '
+'queue names.';

@@ -347,8 +347,8 @@ def test_console_script_and_python_m(
 
 # --- pgstore jobs -----------------------------------------------------------
 
-JOB_HEADER = ["run_id", "state", "due", "attempts", "lease", "holder"]
-WIDE_HEADER = [*JOB_HEADER, "sequence", "finished", "worker_id", "last_error"]
+JOB_HEADER = ["run_id", "queue", "state", "due", "attempts", "lease", "holder"]
+WIDE_HEADER = [*JOB_HEADER, "priority", "sequence", "finished", "worker_id", "last_error"]
 
 
 def _job(**changes: Any) -> Job:
@@ -426,14 +426,15 @@ def test_job_cells_against_the_given_clock() -> None:
         [_job(run_id="x", dispatched=True, worker_id="w9", finished_at=1_000)], now
     ).splitlines()
     assert re.split(r" {2,}", table[0]) == JOB_HEADER
-    assert re.split(r" {2,}", table[2]) == ["x", "dispatched", "19675d ago", "0/25", "-", "-"]
+    assert re.split(r" {2,}", table[2]) == [
+        "x", "default", "dispatched", "19675d ago", "0/25", "-", "-"]
     wide = jobs_table(
         [_job(run_id="x", dispatched=True, worker_id="w9", finished_at=1_000)], now, wide=True,
         absolute=True,
     ).splitlines()
     assert re.split(r" {2,}", wide[0]) == WIDE_HEADER
     assert re.split(r" {2,}", wide[2]) == [
-        "x", "dispatched", "1970-01-01T00:00:00.000Z", "0/25", "-", "-", "0",
+        "x", "default", "dispatched", "1970-01-01T00:00:00.000Z", "0/25", "-", "-", "0", "0",
         "1970-01-01T00:00:01.000Z", "w9", "-"]
 
 
@@ -464,9 +465,10 @@ def test_jobs_table_fits_the_width_and_never_cuts_a_run_id(columns: int) -> None
     assert max(len(line) for line in lines) <= columns, table
     rows = [re.split(r" {2,}", line) for line in lines[2:]]
     assert [r[0] for r in rows] == ["meeting-0", "meeting-1", "standup-7f3a9c"]
-    shown = [r[5] for r in rows[:2]]
+    shown = [r[6] for r in rows[:2]]
     assert shown[0].endswith(":4412") and shown[1].endswith(":4413")  # the end survives
-    assert shown[0].startswith("dispatcher") and (CUT_MARK in shown[0]) is (columns == 80)
+    # Beside the queue column, 80 columns leave a holder 16 characters: "dispatc…com:4412".
+    assert shown[0].startswith("dispatc") and (CUT_MARK in shown[0]) is (columns == 80)
     # A run id longer than the width is never cut: the line overflows instead.
     long_id = "meeting-" + "x" * 100
     wide = jobs_table([_job(run_id=long_id, lease_holder=holders[0], lease_until=now + 1)],
@@ -578,13 +580,15 @@ def test_jobs_lists_filters_and_limits(cli: Run, pgstore_fresh_database: Callabl
     assert (status, err) == (0, "")
     document = json.loads(out)
     assert (document["schema"], document["filter"], document["matching"]) == ("cli_j", "all", 7)
+    assert document["queues"] is None
     assert isinstance(document["now_ms"], int) and re.fullmatch(ISO, document["now"])
     by_id = {j["run_id"]: j for j in document["jobs"]}
     assert list(by_id) == by_time
     assert set(by_id["due"]) == {
-        "run_id", "state", "dispatch_at_ms", "dispatch_at", "lease_holder", "lease_until_ms",
-        "lease_until", "lease_live", "lease_sequence", "attempts", "max_attempts", "worker_id",
-        "dispatched", "cancelled", "failed", "finished_at_ms", "finished_at", "last_error"}
+        "run_id", "queue", "priority", "state", "dispatch_at_ms", "dispatch_at", "lease_holder",
+        "lease_until_ms", "lease_until", "lease_live", "lease_sequence", "attempts",
+        "max_attempts", "worker_id", "dispatched", "cancelled", "failed", "finished_at_ms",
+        "finished_at", "last_error", "payload"}
     assert (by_id["due"]["dispatch_at_ms"], by_id["due"]["dispatch_at"]) == (
         now - 60_000, _iso(now - 60_000))
     assert by_id["leased"]["state"] == "leased" and by_id["leased"]["lease_live"]

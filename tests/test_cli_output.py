@@ -163,7 +163,7 @@ def test_jobs_at_80_and_160_columns(
     assert list(rows) == ["standup-0", "standup-1", "weekly-sync-6c1e", "retro-q4"]
     for n, port in enumerate((4412, 4413)):
         holder = rows[f"standup-{n}"].split()[-1]
-        assert holder.startswith("dispatcher") and holder.endswith(f":{port}")
+        assert holder.startswith("dispatc") and holder.endswith(f":{port}")
         assert (CUT_MARK in holder) is (columns == 80)
     assert " ago" not in out and "(" not in out  # one form: relative, nothing doubled
     assert re.search(r" in [23]m ", rows["retro-q4"]) and "s late " in rows["weekly-sync-6c1e"]

@@ -65,3 +65,58 @@ def test_queues_list_pause_and_resume(
     assert status != 0 and "queue must be a non-empty string" in err
     with PgJobStore(dsn, schema="cli_queues") as store:
         assert [q.paused for q in store.list_queues()] == [False, False]
+
+
+def test_jobs_by_queue_at_80_columns(
+    cli: Run, pgstore_fresh_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pgstore jobs`` shows each job's queue, cut in the middle like the holders (two
+    names that differ only at their end stay apart); ``--queue`` (repeatable) keeps to
+    those queues in every filter, ``--json`` says which; a bad name is refused."""
+    monkeypatch.setenv("COLUMNS", "80")
+    dsn = pgstore_fresh_database()
+    where = ["--dsn", dsn, "--schema", "cli_jq"]
+    assert cli("migrate", *where)[0] == 0
+    long_queues = [f"provider-x.prod.eu-west-1.internal.example.com-{n}" for n in (1, 2)]
+    with PgJobStore(dsn, schema="cli_jq") as store:
+        now = store.now_ms()
+        store.schedule("m-1", now - 3000, queue=long_queues[0], priority=5)
+        store.schedule("m-2", now - 2000, queue=long_queues[1])
+        store.schedule("d-1", now - 1000)
+        store.schedule("later", now + 60_000, queue="python")
+        leased = store.lease("dispatcher@host-a.prod.internal.example.com:4412", None, 60_000,
+                             queues=[long_queues[1]])
+        assert leased is not None and leased.run_id == "m-2"
+
+    status, out, err = cli("jobs", *where)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[1].split() == ["run_id", "queue", "state", "due", "attempts", "lease", "holder"]
+    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    assert list(rows) == ["m-1", "m-2", "d-1", "later"]
+    cut = [rows["m-1"][1], rows["m-2"][1]]
+    assert all("\u2026" in q and q.startswith("provide") for q in cut)
+    assert cut[0].endswith("-1") and cut[1].endswith("-2")
+    assert (rows["d-1"][1], rows["later"][1]) == ("default", "python")
+
+    status, out, _ = cli("jobs", *where, "--queue", long_queues[0], "--queue", "python")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()[3:]] == ["m-1", "later"]
+    status, out, _ = cli("jobs", *where, "--due", "--queue", "default")
+    assert [line.split()[0] for line in out.splitlines()[3:]] == ["d-1"]
+    status, out, _ = cli("jobs", *where, "--leased", "--queue", "python")
+    assert status == 0 and out.splitlines()[-1] == "no leased jobs in queue 'python'"
+    status, out, _ = cli("jobs", *where, "--leased", "--queue", long_queues[1], "--wide")
+    wide = out.splitlines()
+    assert wide[1].split()[7] == "priority" and wide[3].split()[:3] == ["m-2", long_queues[1],
+                                                                           "leased"]
+    status, out, _ = cli("jobs", *where, "--dispatched", "--queue", "python")
+    assert out.splitlines()[-1] == "no dispatched jobs in queue 'python'"
+
+    doc = json.loads(cli("jobs", *where, "--queue", long_queues[0], "--json")[1])
+    assert (doc["queues"], doc["matching"]) == ([long_queues[0]], 1)
+    assert (doc["jobs"][0]["queue"], doc["jobs"][0]["priority"]) == (long_queues[0], 5)
+
+    # Bad input: 22023 naming queues, exit status 1; the listing changes nothing anyway.
+    status, _, err = cli("jobs", *where, "--queue", "")
+    assert status == 1 and "queues must be NULL (every queue)" in err

@@ -15,7 +15,7 @@ import pytest
 import pgstore
 from pgstore import CompletePatch
 from tests.conftest import JobStoreUnderTest, StoreUnderTest
-from tests.support.scenarios import load, mismatch, plain, state_mismatch
+from tests.support.scenarios import expanded, load, mismatch, plain, state_mismatch
 
 JOB_SCENARIOS = load("jobs")
 SCHEDULE_SCENARIOS = load("schedules")
@@ -37,7 +37,7 @@ def _run(scenario: dict[str, Any], store: Any, read_state: Any) -> None:
             why = state_mismatch(step["state"], read_state())
             assert why is None, f"{where}: {why}"
             continue
-        args = dict(step["args"])
+        args = expanded(dict(step["args"]))
         if "patch" in args:
             args["patch"] = CompletePatch(**args["patch"])
         method = getattr(store, step["call"])

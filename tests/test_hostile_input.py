@@ -593,7 +593,7 @@ JOB_METHODS = _every_method(JobStore, JOB_METHODS)
 OPERATOR_VIEWS: dict[str, list[st.SearchStrategy[Any]]] = {
     "stats": [times],
     "list_jobs": [st.sampled_from(["all", "due", "dispatched", "failed"]), times,
-                  st.one_of(st.none(), positives)],
+                  st.one_of(st.none(), positives), queue_lists],
 }
 
 

@@ -394,7 +394,7 @@ def test_a_monitoring_role_reads_the_gauges_and_nothing_else(shop: tuple[str, Ro
         admin.execute(f"SELECT {SCHEMA}.schedule_register('m', 'interval', '1000', 5, 0)")
         ident = sql.Identifier(monitor)
         admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(SCHEMA), ident))
-        for function in ("store_stats(bigint)", "job_list(text, bigint, integer)"):
+        for function in ("store_stats(bigint)", "job_list(text, bigint, integer, text[])"):
             admin.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.{} TO {}").format(
                 sql.Identifier(SCHEMA), sql.SQL(function), ident))
     before = _state(dsn)

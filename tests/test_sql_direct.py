@@ -121,6 +121,10 @@ JOB_NULL_CALLS = [
     ("job_retry('', NULL)", "run_id"),
     ("job_retry(repeat('r', 1025), 1)", "run_id"),
     ("job_list('failures', NULL, 1)", "filter"),
+    ("job_list('all', NULL, 1, ARRAY[]::text[])", "queues"),
+    ("job_list('due', NULL, 1, ARRAY['q', NULL])", "queues"),
+    ("job_list('failed', NULL, 1, ARRAY[''])", "queues"),
+    ("job_list('all', NULL, 1, ARRAY[[ 'a' ]])", "queues"),
     ("job_cancel(NULL)", "run_id"),
     ("job_cancel(repeat('r', 1025))", "run_id"),
     ("job_get(NULL)", "run_id"),
@@ -640,6 +644,32 @@ def test_schedule_complete_counts_consecutive_failures(db: psycopg.Connection[An
     assert db.execute("SELECT schedule_complete('t', 1, 0, 0, 'error', NULL)").fetchone() == (False,)
     db.execute("SELECT schedule_register('t', 'interval', '2', 0, 0)")
     assert db.execute("SELECT consecutive_failures FROM schedule_get('t')").fetchone() == (1,)
+
+
+def test_job_list_of_some_queues(db: psycopg.Connection[Any]) -> None:
+    """p_queues keeps each filter to those queues' jobs, from both pending indexes for
+    'due', and matching counts them; NULL and the three-argument call: every queue."""
+    db.execute("SELECT job_schedule('d', 10)")
+    db.execute("SELECT job_schedule('d-hi', 20, p_priority => 3)")
+    db.execute("SELECT job_schedule('px', 30, p_queue => 'provider-x')")
+    db.execute("SELECT job_schedule('py', 40, p_queue => 'python', p_priority => -1)")
+    db.execute("SELECT job_schedule('later', 1000000, p_queue => 'python')")
+    for (run_id,) in db.execute("SELECT run_id FROM job_lease_many('h', 100, 1000, 10,"
+                                " ARRAY['python'])").fetchall():
+        db.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'bot')", (run_id,))
+
+    def listed(call: str) -> tuple[list[str], int | None]:
+        rows = db.execute(f"SELECT run_id, matching FROM {call}").fetchall()
+        return [r[0] for r in rows], (rows[0][1] if rows else None)
+
+    assert listed("job_list('all', 100, NULL)") == (["d", "d-hi", "px", "py", "later"], 5)
+    assert listed("job_list('all', 100, NULL, NULL)") == listed("job_list('all', 100, NULL)")
+    assert listed("job_list('all', 100, 1, ARRAY['python'])") == (["py"], 2)
+    assert listed("job_list('due', 100, NULL, ARRAY['default'])") == (["d", "d-hi"], 2)
+    assert listed("job_list('due', 100, NULL, ARRAY['provider-x', 'python'])") == (["px"], 1)
+    assert listed("job_list('dispatched', 100, NULL, ARRAY['python'])") == (["py"], 1)
+    assert listed("job_list('dispatched', 100, NULL, ARRAY['default'])") == ([], None)
+    assert listed("job_list('failed', 100, NULL, ARRAY['python'])") == ([], None)
 
 
 def test_job_list_answers_the_jobs_columns_in_order_then_matching(

@@ -82,9 +82,9 @@ def test_typescript_suite(
         for p in (Path(__file__).parent / "conformance").glob("*.json")
     )
     modes = 3 if bouncer is not None else 2
-    # every scenario in every mode, then the races (3) and the client tests (11)
+    # every scenario in every mode, then the races (3) and the client tests (13)
     assert summary["fail"] == "0", summary
-    assert summary["pass"] == str(scenarios * modes + 3 + 11), summary
+    assert summary["pass"] == str(scenarios * modes + 3 + 13), summary
 
 
 def test_the_stores_are_the_seed_interfaces(client_project: NodeProject) -> None:

@@ -319,6 +319,66 @@ def test_pause_resume_and_trigger_change_the_database(store: Store) -> None:
         assert record("heartbeat") == held
 
 
+def test_queues_page_pauses_resumes_and_the_jobs_page_filters_by_queue(store: Store) -> None:
+    """The queues page shows queue_list's counts; Pause and Resume change the queues
+    table (a lease skips the paused queue meanwhile); the jobs page shows each job's
+    queue and filters by one, exactly."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with store.jobs() as jobs:
+        now = jobs.now_ms()
+        jobs.schedule("px-1", now - 2000, queue="provider-x", priority=3)
+        jobs.schedule("px-2", now + 600_000, queue="provider-x")
+        jobs.schedule("px-old", now - 3000, queue="provider-xy")
+        expected = {q.queue: q for q in jobs.list_queues(now)}
+    assert set(expected) == {"default", "provider-x", "provider-xy"}
+
+    def paused(queue: str) -> bool:
+        with store.jobs() as jobs:
+            return any(q.paused for q in jobs.list_queues() if q.queue == queue)
+
+    with console(store.dsn, store.schema) as server, chromium() as browser:
+        def rows() -> dict[str, Any]:
+            browser.get(server.url + "/queues")
+            return {r.find_element(By.CSS_SELECTOR, "td.id").text: r
+                    for r in browser.find_elements(By.CSS_SELECTOR, "#queues tbody tr")}
+
+        shown = {name: [c.text for c in row.find_elements(By.CSS_SELECTOR, "td")][:5]
+                 for name, row in rows().items()}
+        assert shown == {q.queue: [q.queue, str(q.depth), str(q.due), str(q.leased), "no"]
+                         for q in expected.values()}
+        assert shown["provider-x"][1:4] == ["2", "1", "0"]
+
+        cells = _submit(browser, rows()["provider-x"].find_element(By.CSS_SELECTOR,
+                                                                   "button.pause"))
+        assert cells == ["provider-x", "paused (no lease takes its jobs; leases held run on)"]
+        assert paused("provider-x") and not paused("provider-xy")
+        with store.jobs() as jobs:
+            leased = jobs.lease("d-1", None, 60_000, queues=["provider-x", "provider-xy"])
+            assert leased is not None and leased.run_id == "px-old"
+            assert jobs.lease("d-1", None, 60_000, queues=["provider-x"]) is None
+        row = rows()["provider-x"]
+        assert row.find_elements(By.CSS_SELECTOR, ".paused") != []
+        assert row.find_elements(By.CSS_SELECTOR, "button.pause") == []
+        cells = _submit(browser, row.find_element(By.CSS_SELECTOR, "button.resume"))
+        assert cells == ["provider-x", "resumed (idle dispatchers are woken)"]
+        assert not paused("provider-x")
+
+        # The jobs page: the queue column, and the filter (an exact name: not provider-xy).
+        rows()["provider-x"].find_element(By.CSS_SELECTOR, "td.id a").click()
+        WebDriverWait(browser, 30).until(lambda b: "/jobs?" in b.current_url)
+        assert _texts(browser, "#jobs td.id:first-child") == ["px-1", "px-2"]
+        assert _texts(browser, "#jobs td.queue") == ["provider-x\npriority 3", "provider-x"]
+        assert browser.find_element(By.ID, "queue").get_attribute("value") == "provider-x"
+        browser.get(server.url + "/jobs?state=pending&queue=provider-x")
+        assert _texts(browser, "#jobs td.id:first-child") == ["px-2"]
+        browser.get(server.url + "/jobs?queue=nowhere")
+        assert browser.find_element(By.ID, "empty").text == "No jobs in queue nowhere."
+        browser.get(server.url + "/jobs?state=due")
+        assert "default" in _texts(browser, "#jobs td.queue")
+
+
 def _submit(browser: Any, button: Any) -> list[str]:
     """Click ``button``, wait for the action's answer page, and return its cells."""
     from selenium.webdriver.common.by import By
@@ -342,7 +402,7 @@ def test_the_monitoring_role_gets_a_read_only_console(store: Store, monitor: str
 
     before = store.table()
     with console(monitor, store.schema) as server, chromium() as browser:
-        for page in ("/", "/jobs", "/failed", "/leases", "/schedules", "/workers"):
+        for page in ("/", "/jobs", "/failed", "/leases", "/queues", "/schedules", "/workers"):
             browser.get(server.url + page)
             assert browser.find_element(By.ID, "access").text == "read-only"
             assert browser.find_elements(By.CSS_SELECTOR, "button.action, form[method=post]") == []
@@ -356,7 +416,9 @@ def test_the_monitoring_role_gets_a_read_only_console(store: Store, monitor: str
                                       ("schedule-delete", "id", "nightly"),
                                       ("schedule-pause", "id", "nightly"),
                                       ("schedule-resume", "id", "nightly"),
-                                      ("schedule-trigger", "id", "nightly")):
+                                      ("schedule-trigger", "id", "nightly"),
+                                      ("queue-pause", "queue", "default"),
+                                      ("queue-resume", "queue", "default")):
             status, page = client.post(f"/actions/{action}", [
                 ("csrf", token), (field, target), ("confirm", "yes")])
             assert status == 403
@@ -369,7 +431,7 @@ def test_a_role_missing_a_read_grant_is_told_which(store: Store, monitor: str) -
     naming the function; the schedules page, which does not, still works."""
     role = psycopg.conninfo.conninfo_to_dict(monitor)["user"]
     with psycopg.connect(store.dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {}.job_list(text, bigint, integer) "
+        admin.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {}.job_list(text, bigint, integer, text[]) "
                               "FROM {}").format(sql.Identifier(store.schema),
                                                 sql.Identifier(str(role))))
     with console(monitor, store.schema) as server:

@@ -11,7 +11,7 @@
     pgstore schedules [--dsn DSN] [--schema NAME] [--json] [--absolute] [--wide]
     pgstore schedules pause|resume|trigger ID [--dsn DSN] [--schema NAME] [--json]
     pgstore jobs      [--dsn DSN] [--schema NAME] [--dispatched | --due | --leased | --failed]
-                      [--limit N] [--json] [--absolute] [--wide]
+                      [--queue QUEUE]... [--limit N] [--json] [--absolute] [--wide]
     pgstore jobs cancel     RUN_ID [--dsn DSN] [--schema NAME]
     pgstore jobs schedule   RUN_ID --at WHEN [--max-attempts N] [--dsn DSN] [--schema NAME]
     pgstore jobs reschedule RUN_ID --at WHEN [--dsn DSN] [--schema NAME]
@@ -41,7 +41,7 @@ migrated through a host app's alembic history (no pgstore version table in it,
 ``pgstore.schema.history``) is reported by ``current`` from its own
 ``schema_revision()`` and left alone by ``migrate`` and ``downgrade``.
 
-The tables cut owners, holders, worker ids and schedule ids in the middle and
+The tables cut owners, holders, worker ids, schedule ids and queues in the middle and
 last errors at their end (``…`` marks the cut) to fit the width: ``COLUMNS``
 when set, else the terminal's when stdout is one; a pipe, a file or ``--wide``
 gets every value whole. Run ids are never cut (``pgstore.cli.format``).
@@ -57,7 +57,8 @@ could take now or once their lease expires: due (``dispatch_at <= now``), not
 dispatched, cancelled or failed, leased or not (the lease column shows who holds
 one). ``--leased``: only the due jobs under a live lease (the ``due`` list, kept
 to the leased ones). ``--failed``: only the failed jobs (out of attempts, not
-cancelled), with their last error. It is one call of ``job_list()``, which
+cancelled), with their last error. ``--queue QUEUE`` (repeated: any of them) keeps
+to those queues' jobs. It is one call of ``job_list()``, which
 sends only the rows it prints and how many match in all; like every command but
 ``purge``, it needs only EXECUTE on the store's functions (the client role),
 never SELECT on its tables.
@@ -442,14 +443,17 @@ def _selected(args: argparse.Namespace) -> str:
     return "all"
 
 
-def _list_jobs(store: PgJobStore, selected: str, now: int, limit: int | None) -> JobPage:
-    """One ``job_list()`` call. ``leased`` has no filter of its own there: it reads the
-    ``due`` list (the pending index: waiting jobs only, every one of them, since the
-    limit applies after) and keeps the jobs under a live lease."""
+def _list_jobs(
+    store: PgJobStore, selected: str, now: int, limit: int | None, queues: list[str] | None
+) -> JobPage:
+    """One ``job_list()`` call, of ``queues`` (None: every queue). ``leased`` has no
+    filter of its own there: it reads the ``due`` list (the pending index: waiting jobs
+    only, every one of them, since the limit applies after) and keeps the jobs under a
+    live lease."""
     if selected != "leased":
         filter_: JobFilter = selected  # type: ignore[assignment]
-        return store.list_jobs(filter_, now, limit)
-    due = store.list_jobs("due", now, None).jobs
+        return store.list_jobs(filter_, now, limit, queues)
+    due = store.list_jobs("due", now, None, queues).jobs
     leased = [j for j in due if j.lease_until is not None and j.lease_until > now]
     return JobPage(leased[:limit] if limit is not None else leased, len(leased))
 
@@ -460,19 +464,22 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         return status
     limit: int | None = args.limit or None  # 0: no limit
     selected = _selected(args)
+    queues: list[str] | None = args.queue
     with _job_store(args) as store:
         now = store.now_ms()
-        page = _list_jobs(store, selected, now, limit)
+        page = _list_jobs(store, selected, now, limit, queues)
     jobs, total = page.jobs, page.matching
     if args.json:
         from pgstore.cli.output import jobs_json
 
-        _print_json(jobs_json(args.schema, now, selected, jobs, total))
+        _print_json(jobs_json(args.schema, now, selected, jobs, total, queues))
         return 0
     print(_header(args.schema, now))
     if not jobs:
         which = "" if selected == "all" else f"{selected} "
-        print(f"no {which}jobs")
+        where = "" if queues is None else (
+            f" in queue{'s' if len(queues) > 1 else ''} {', '.join(map(repr, queues))}")
+        print(f"no {which}jobs{where}")
         return 0
     print(jobs_table(jobs, now, _width(args), absolute=args.absolute, wide=args.wide,
                      errors=selected == "failed"))
@@ -1000,11 +1007,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the jobs (or cancel, schedule, reschedule, retry one)",
         description=(
             "Without an action: list the jobs of the schema's job store, ordered by "
-            "dispatch_at then run_id: run_id (never cut), state (pending, due, leased, "
+            "dispatch_at then run_id: run_id (never cut), queue, state (pending, due, leased, "
             "dispatched, cancelled, failed), due (in 3m00s, 12s late, 5m00s ago), attempts "
             "(leases so far/max_attempts), the lease holder and how long its lease has "
-            "left; --wide adds lease sequence, finished, worker_id and last_error. Times "
-            "are judged against the database clock. Without a filter: every job. The "
+            "left; --wide adds priority, lease sequence, finished, worker_id and last_error. "
+            "Times are judged against the database clock. Without a filter: every job. The "
             "actions take their own --dsn and --schema: pgstore jobs cancel RUN_ID --dsn DSN."
         ),
     )
@@ -1030,6 +1037,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--leased",
         action="store_true",
         help="only due jobs under a live lease (being dispatched now); reads every due job",
+    )
+    jobs.add_argument(
+        "--queue",
+        action="append",
+        metavar="QUEUE",
+        help="only jobs of QUEUE (repeat it for several: jobs of any of them)",
     )
     jobs.add_argument(
         "--limit",

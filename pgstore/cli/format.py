@@ -6,7 +6,7 @@ cuts values to fit a width and formats times (UTC, aligned).
 shows the ISO-8601 UTC instant instead (``2024-05-01T12:00:00.000Z``). Epoch ms appear
 only in ``--json``.
 
-**Cutting.** Identifiers (schedule ids, lease holders, owners, worker ids) are cut in
+**Cutting.** Identifiers (schedule ids, lease holders, owners, worker ids, queues) are cut in
 the middle (``dispatcher@ho…:4412``): their start and their end both survive, and the
 end is what tells ``dispatcher@host-a:4412`` from ``dispatcher@host-a:4413``. Free
 text (a last error) is cut at its end. Run ids are never cut: a cut run id cannot be
@@ -355,9 +355,10 @@ def schedules_table(
 # --- jobs -----------------------------------------------------------------------
 
 #: ``pgstore jobs``' columns; ``--failed`` adds ``last_error``.
-JOB_COLUMNS = ("run_id", "state", "due", "attempts", "lease", "holder")
+JOB_COLUMNS = ("run_id", "queue", "state", "due", "attempts", "lease", "holder")
 #: ``pgstore jobs --wide``'s columns: every one, nothing cut.
-JOB_COLUMNS_WIDE = (*JOB_COLUMNS, "sequence", "finished", "worker_id", "last_error")
+JOB_COLUMNS_WIDE = (
+    *JOB_COLUMNS, "priority", "sequence", "finished", "worker_id", "last_error")
 
 
 def jobs_table(
@@ -373,9 +374,9 @@ def jobs_table(
     order: ``JOB_COLUMNS`` (with ``errors``, ``last_error`` too), or ``JOB_COLUMNS_WIDE``
     with ``wide``. ``state`` is ``job_phase``; ``due`` is ``due_state``; ``attempts``
     reads ``leases so far/max_attempts``; ``lease`` is ``lease_left``. Times relative to
-    ``now_ms`` (``absolute``: ISO UTC). Holders and worker ids are cut in the middle and
-    last errors at their end to fit ``width`` characters (``fitted``); run ids are never
-    cut."""
+    ``now_ms`` (``absolute``: ISO UTC). Queues, holders and worker ids are cut in the
+    middle and last errors at their end to fit ``width`` characters (``fitted``); run ids
+    are never cut."""
 
     columns = JOB_COLUMNS_WIDE if wide else (
         (*JOB_COLUMNS, "last_error") if errors else JOB_COLUMNS)
@@ -385,6 +386,7 @@ def jobs_table(
         for j in jobs:
             cells = [
                 _text(j.run_id),
+                clip_middle(j.queue, limit),
                 job_phase(j, now_ms),
                 due_state(j, now_ms, absolute),
                 f"{j.attempts}/{j.max_attempts}",
@@ -393,6 +395,7 @@ def jobs_table(
             ]
             if wide:
                 cells += [
+                    str(j.priority),
                     str(j.lease_sequence),
                     finished_state(j, now_ms, absolute),
                     clip_middle(j.worker_id, limit) if j.worker_id is not None else NULL,

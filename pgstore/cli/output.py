@@ -47,6 +47,8 @@ def job_json(job: Job, now_ms: int) -> dict[str, Any]:
     """One job, with its state at ``now_ms``."""
     return {
         "run_id": job.run_id,
+        "queue": job.queue,
+        "priority": job.priority,
         "state": job_phase(job, now_ms),
         **instant("dispatch_at", job.dispatch_at),
         "lease_holder": job.lease_holder,
@@ -61,16 +63,19 @@ def job_json(job: Job, now_ms: int) -> dict[str, Any]:
         "failed": job.failed,
         **instant("finished_at", job.finished_at),
         "last_error": job.last_error,
+        "payload": job.payload,
     }
 
 
 def jobs_json(
-    schema: str, now_ms: int, selected: str, jobs: Sequence[Job], matching: int
+    schema: str, now_ms: int, selected: str, jobs: Sequence[Job], matching: int,
+    queues: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """``pgstore jobs --json``."""
+    """``pgstore jobs --json``; ``queues`` the ``--queue`` filter (None: every queue)."""
     return {
         **_header(schema, now_ms),
         "filter": selected,
+        "queues": None if queues is None else list(queues),
         "matching": matching,
         "jobs": [job_json(j, now_ms) for j in jobs],
     }

@@ -39,7 +39,7 @@ JOB_LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "intege
 JOB_LEASE_TAKE = Function(
     "job_lease_take", ("text", "bigint", "bigint", "integer", "text[]", "integer[]")
 )
-JOB_LIST = Function("job_list", ("text", "bigint", "integer"))
+JOB_LIST = Function("job_list", ("text", "bigint", "integer", "text[]"))
 JOB_LIST_DISPATCHED = Function("job_list_dispatched", ())
 JOB_MARK_DISPATCHED = Function("job_mark_dispatched", ("text", "text", "text", "bigint"))
 JOB_MARK_DISPATCHED_MANY = Function(

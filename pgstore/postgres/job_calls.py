@@ -149,16 +149,18 @@ def remove(run_id: str) -> Call[None]:
     return Call(REMOVE, (run_id,), _rows.nothing)
 
 
-def list_jobs(filter: JobFilter, now: int | None, limit: int | None) -> Call[JobPage]:
+def list_jobs(
+    filter: JobFilter, now: int | None, limit: int | None, queues: Sequence[str] | None
+) -> Call[JobPage]:
     v.text("filter", filter)
     v.integer("now", now)
     _integer_count("limit", limit)
-    return Call(LIST, (filter, now, limit), _rows.job_page)
+    return Call(LIST, (filter, now, limit, _queues(queues)), _rows.job_page)
 
 
 def list_failed(limit: int | None) -> Call[list[Job]]:
     _integer_count("limit", limit)
-    return Call(LIST, ("failed", None, limit), _rows.jobs)
+    return Call(LIST, ("failed", None, limit, None), _rows.jobs)
 
 
 def purge(before: int, limit: int) -> Call[int]:

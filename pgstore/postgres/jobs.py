@@ -145,14 +145,16 @@ class PgJobStore(SyncStore, Listens):
         return self._runner.run(calls.list_dispatched())
 
     def list_jobs(
-        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None
+        self, filter: JobFilter = "all", now: int | None = None, limit: int | None = None,
+        queues: Sequence[str] | None = None,
     ) -> JobPage:
         """The first ``limit`` jobs (None: all) by ``dispatch_at``, then ``run_id``, of
         ``filter``: ``"all"``, ``"due"`` (waiting and due at ``now``, leased or not),
-        ``"dispatched"`` or ``"failed"``; and how many match in all. The operator's view
+        ``"dispatched"`` or ``"failed"``, in ``queues`` (None: every queue; else a
+        non-empty list of names); and how many match in all. The operator's view
         (``pgstore jobs``).
         SQL: ``job_list``."""
-        return self._runner.run(calls.list_jobs(filter, now, limit))
+        return self._runner.run(calls.list_jobs(filter, now, limit, queues))
 
     def remove(self, run_id: str) -> None:
         """Delete a job that waits (not dispatched, cancelled or failed) and has no lease

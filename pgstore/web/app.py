@@ -70,7 +70,7 @@ SECURITY_HEADERS = {
 }
 PAGES = (
     ("/", "Overview"), ("/jobs", "Jobs"), ("/failed", "Failed"), ("/leases", "Leases"),
-    ("/schedules", "Schedules"), ("/workers", "Workers"),
+    ("/queues", "Queues"), ("/schedules", "Schedules"), ("/workers", "Workers"),
 )
 
 
@@ -88,7 +88,7 @@ class Action:
     """A change the console offers: the store function it calls (which the role needs
     EXECUTE on), the form field naming its targets, and the call for one target, which
     answers in a word. Schedule pause, resume and trigger are one entry each here and a
-    button in ``schedules.html``."""
+    button in ``schedules.html``; queue pause and resume, in ``queues.html``."""
 
     name: str
     label: str
@@ -134,6 +134,18 @@ async def _trigger(stores: Stores, id: str) -> str:
     return "refused: paused" if current.paused else "refused: running (a live lease)"
 
 
+async def _pause_queue(stores: Stores, queue: str) -> str:
+    if await stores.jobs.pause_queue(queue):
+        return "paused (no lease takes its jobs; leases held run on)"
+    return "was paused already: nothing changed"
+
+
+async def _resume_queue(stores: Stores, queue: str) -> str:
+    if await stores.jobs.resume_queue(queue):
+        return "resumed (idle dispatchers are woken)"
+    return "was not paused: nothing changed"
+
+
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
@@ -143,6 +155,8 @@ ACTIONS: dict[str, Action] = {
         Action("schedule-pause", "Pause", schedule_calls.PAUSE, "id", _pause),
         Action("schedule-resume", "Resume", schedule_calls.RESUME, "id", _resume),
         Action("schedule-trigger", "Run now", schedule_calls.TRIGGER, "id", _trigger),
+        Action("queue-pause", "Pause", job_calls.QUEUE_PAUSE, "queue", _pause_queue),
+        Action("queue-resume", "Resume", job_calls.QUEUE_RESUME, "queue", _resume_queue),
     )
 }
 
@@ -285,9 +299,10 @@ class Console:
             return self.refuse(400, f"limit must be an integer from 1 to {views.READ_LIMIT}")
         run_id = query.get("run_id", "")
         holder = query.get("holder", "")
-        data = await views.read_jobs(self.stores.jobs, state, run_id, holder, limit)
+        queue = query.get("queue", "")
+        data = await views.read_jobs(self.stores.jobs, state, run_id, holder, limit, queue)
         return await self.render(request, "jobs.html", data=data, now=data.now, state=state,
-                                 run_id=run_id, holder=holder, limit=limit)
+                                 run_id=run_id, holder=holder, limit=limit, queue=queue)
 
     async def failed(self, request: Request) -> Response:
         data = await views.read_failed(self.stores.jobs)
@@ -296,6 +311,10 @@ class Console:
     async def leases(self, request: Request) -> Response:
         data = await views.read_leases(self.stores.jobs, self.stores.schedules)
         return await self.render(request, "leases.html", data=data, now=data.now)
+
+    async def queues(self, request: Request) -> Response:
+        data = await views.read_queues(self.stores.jobs)
+        return await self.render(request, "queues.html", data=data, now=data.now)
 
     async def schedules(self, request: Request) -> Response:
         data = await views.read_schedules(self.stores.schedules)
@@ -371,6 +390,7 @@ def create_app(dsn: str, schema: str, host: str = DEFAULT_HOST) -> Starlette:
         Route("/jobs", console.jobs),
         Route("/failed", console.failed),
         Route("/leases", console.leases),
+        Route("/queues", console.queues),
         Route("/schedules", console.schedules),
         Route("/workers", console.workers),
         Route("/actions/{action}", console.act, methods=["POST"]),

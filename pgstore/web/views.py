@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from pgstore.models import Job, JobFilter, ScheduleRecord, StoreStats
+from pgstore.models import Job, JobFilter, QueueInfo, ScheduleRecord, StoreStats
 from pgstore.postgres.jobs import AsyncPgJobStore
 from pgstore.postgres.schedules import AsyncPgScheduleStore
 
@@ -202,13 +202,14 @@ def _sql_filter(state: str) -> JobFilter:
 
 
 async def read_jobs(
-    jobs: AsyncPgJobStore, state: str, run_id: str, holder: str, limit: int
+    jobs: AsyncPgJobStore, state: str, run_id: str, holder: str, limit: int, queue: str = ""
 ) -> JobListing:
-    """The jobs in ``state`` whose run id contains ``run_id`` and whose lease holder
-    contains ``holder`` (empty: any), at most ``limit`` shown, from one ``job_list`` call
-    of at most ``READ_LIMIT`` rows."""
+    """The jobs in ``state`` of the queue named ``queue`` (exactly; empty: every queue)
+    whose run id contains ``run_id`` and whose lease holder contains ``holder`` (empty:
+    any), at most ``limit`` shown, from one ``job_list`` call of at most ``READ_LIMIT``
+    rows (the queue is its ``p_queues``: the rows read are that queue's)."""
     now = await jobs.now_ms()
-    page = await jobs.list_jobs(_sql_filter(state), now, READ_LIMIT)
+    page = await jobs.list_jobs(_sql_filter(state), now, READ_LIMIT, [queue] if queue else None)
     selected = []
     for job in page.jobs:
         current = job_state(job, now)
@@ -250,6 +251,21 @@ async def read_leases(jobs: AsyncPgJobStore, schedules: AsyncPgScheduleStore) ->
     held.sort(key=lambda pair: (pair[0].lease_until or 0, pair[0].run_id))
     claims = [r for r in await schedules.list() if r.lease_owner is not None]
     return Leases(now, held, claims, page.matching, len(page.jobs))
+
+
+# --- queues -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Queues:
+    now: int
+    queues: list[QueueInfo]
+
+
+async def read_queues(jobs: AsyncPgJobStore) -> Queues:
+    """Every queue that holds waiting jobs or was ever paused (``queue_list``)."""
+    now = await jobs.now_ms()
+    return Queues(now, await jobs.list_queues(now))
 
 
 # --- schedules, workers -----------------------------------------------------------

@@ -39,6 +39,7 @@ PAGES = [
     ("jobs", "/jobs?state=waiting&limit=30"),
     ("failed", "/failed"),
     ("leases", "/leases"),
+    ("queues", "/queues"),
     ("schedules", "/schedules"),
     ("workers", "/workers"),
 ]
@@ -103,6 +104,13 @@ def fill(dsn: str) -> None:
         for n in range(6):
             jobs.schedule(f"meeting-{'abcdef'[n]}-{uuid.UUID(int=rng.getrandbits(128))}",
                           now + 300_000 * (n + 1))
+        # queues: a provider's queue paused through its outage, another waiting
+        for n in range(4):
+            jobs.schedule(f"meeting-zoom-{n}", now - 90_000 + n * 20_000, queue="provider-zoom",
+                          priority=5, payload={"meeting": n})
+        for n in range(3):
+            jobs.schedule(f"meeting-teams-{n}", now + 600_000 * (n + 1), queue="provider-teams")
+        jobs.pause_queue("provider-zoom")
         # schedules
         sched.register("nightly-report", "cron", "TZ=Europe/Berlin 30 2 * * *", now + 20_000_000)
         sched.register("invoices", "cron", "0 * * * *", now + 1_500_000)

@@ -35,10 +35,14 @@ export {
   type CancelResult,
   type Job,
   type JobFilter,
+  type LeaseOptions,
   type LeaseSequence,
   type MarkResult,
+  type QueueInfo,
   type ReleaseOptions,
   type RetryResult,
+  type ScheduleJob,
+  type ScheduleManyOptions,
 } from "./jobs.js";
 export {
   PgScheduleStore,

@@ -124,6 +124,33 @@ export function optionalInt4(param: string, value: unknown): number | null {
   return value === null || value === undefined ? null : int4(param, value);
 }
 
+/**
+ * A JSON argument (jsonb), sent as the text `JSON.stringify` writes; null or
+ * undefined: NULL. Refused in the client (22023, nothing sent): what JSON cannot
+ * hold (a bigint, a function, a symbol, a cycle, NaN or an infinity, which
+ * `JSON.stringify` would write as null) and what jsonb cannot store (a NUL
+ * character, a lone surrogate), in any value or key.
+ */
+export function jsonText(param: string, value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  let encoded: string | undefined;
+  try {
+    encoded = JSON.stringify(value, function (this: unknown, key: string, v: unknown): unknown {
+      text(param, key);
+      if (typeof v === "number" && !Number.isFinite(v)) {
+        throw new InvalidArgument(`${param} must be a JSON value: ${v} is not a JSON number`);
+      }
+      if (typeof v === "string") text(param, v);
+      return v;
+    });
+  } catch (error) {
+    if (error instanceof InvalidArgument) throw error;
+    throw new InvalidArgument(`${param} must be a JSON value: ${(error as Error).message}`);
+  }
+  if (encoded === undefined) throw new InvalidArgument(`${param} must be a JSON value`);
+  return encoded;
+}
+
 /** An array argument's elements, each checked by `each`. */
 export function array<T>(param: string, value: unknown, each: (p: string, v: unknown) => T): T[] {
   if (!Array.isArray(value)) throw new InvalidArgument(`${param} must be an array`);

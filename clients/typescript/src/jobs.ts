@@ -10,6 +10,7 @@ import {
   checkFunctions,
   int4,
   int8,
+  jsonText,
   optionalInt4,
   optionalInt8,
   optionalText,
@@ -22,15 +23,14 @@ import {
   text,
 } from "./internal.js";
 
+// The payload as its JSON text, parsed here: what the app's pg.types say of jsonb
+// (a parser of its own, or none) cannot change what a Job holds.
 const COLUMNS =
   "run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled," +
-  " lease_sequence, finished_at, attempts, max_attempts, last_error, failed";
+  " lease_sequence, finished_at, attempts, max_attempts, last_error, failed, queue, priority," +
+  " payload::text AS payload";
 
-/**
- * The functions PgJobStore calls, by the signatures they have (from pgstore_0019 the
- * schedule and lease calls have queue, priority and payload arguments, which this
- * client leaves to their defaults: every job in the default queue).
- */
+/** The functions PgJobStore calls, by the signatures they have. */
 export const JOB_FUNCTIONS = [
   "now_ms()",
   "job_schedule(text,bigint,integer,text,integer,jsonb)",
@@ -43,12 +43,15 @@ export const JOB_FUNCTIONS = [
   "job_cancel(text)",
   "job_get(text)",
   "job_list_dispatched()",
-  "job_list(text,bigint,integer)",
+  "job_list(text,bigint,integer,text[])",
   "job_remove(text)",
   "job_schedule_many(text[],bigint[],text,integer,jsonb[])",
   "job_lease_many(text,bigint,bigint,integer,text[])",
   "job_mark_dispatched_many(text[],text,text[],bigint[])",
   "job_renew_many(text[],text,bigint,bigint,bigint[])",
+  "queue_pause(text)",
+  "queue_resume(text)",
+  "queue_list(bigint)",
 ] as const;
 
 /**
@@ -73,6 +76,62 @@ export interface Job extends MeetingJob {
   failed: boolean;
   /** When the job finished (dispatched, cancelled or failed), epoch ms. */
   finishedAt?: number;
+  /** Its queue: "default" unless scheduled with another. */
+  queue: string;
+  /** Higher is leased first (0 unless scheduled with another). */
+  priority: number;
+  /**
+   * What the job was scheduled with, as `JSON.parse` reads its JSON text back (so a
+   * JSON null is `null`); absent when it was scheduled with none. Numbers are
+   * JavaScript numbers: an integer past 2^53 comes back rounded, so keep such ids
+   * in strings.
+   */
+  payload?: unknown;
+}
+
+/** `schedule`'s job: the seed's fields, then pgstore's. */
+export interface ScheduleJob {
+  runId: string;
+  dispatchAt: number;
+  /** At most this many leases (absent: the store default, 25; an existing job: keep). */
+  maxAttempts?: number | null;
+  /** Its queue (absent: "default" for a new job, kept for an existing one). */
+  queue?: string | null;
+  /** Higher is leased first, an integer within ±(2^31 - 1) (absent: 0, or kept). */
+  priority?: number | null;
+  /**
+   * Any JSON value, sent as `JSON.stringify` writes it, at most the owner's
+   * `store_settings.max_payload_bytes` (64 KiB) as JSON text (absent or null: none
+   * for a new job, kept for an existing one).
+   */
+  payload?: unknown;
+}
+
+/** `scheduleMany`'s options: one queue and priority for all, one payload each. */
+export interface ScheduleManyOptions {
+  queue?: string | null;
+  priority?: number | null;
+  /** As long as runIds; payloads[i] null or undefined: none (or kept). */
+  payloads?: readonly unknown[] | null;
+}
+
+/** `lease` and `leaseMany`'s options. */
+export interface LeaseOptions {
+  /** Lease only jobs of these queues (absent or null: every queue; else non-empty). */
+  queues?: readonly string[] | null;
+}
+
+/** One queue as `listQueues` answers it (SQL `queue_list`). */
+export interface QueueInfo {
+  queue: string;
+  /** Its jobs waiting: not dispatched, cancelled or failed. */
+  depth: number;
+  /** Of those, due and held by no live lease: what a lease could take. */
+  due: number;
+  /** Of those, under a live lease. */
+  leased: number;
+  /** Paused (`pauseQueue`): none of its jobs is leased. */
+  paused: boolean;
 }
 
 /** markDispatched's answer. */
@@ -108,6 +167,8 @@ function job(row: Row): Job {
     attempts: readInt("attempts", row["attempts"]),
     maxAttempts: readInt("max_attempts", row["max_attempts"]),
     failed: readBoolean("failed", row["failed"]),
+    queue: readString("queue", row["queue"]),
+    priority: readInt("priority", row["priority"]),
   };
   if (row["lease_holder"] !== null) found.leaseHolder = readString("lease_holder", row["lease_holder"]);
   const leaseUntil = readOptionalNumber("lease_until", row["lease_until"]);
@@ -116,7 +177,14 @@ function job(row: Row): Job {
   if (row["last_error"] !== null) found.lastError = readString("last_error", row["last_error"]);
   const finishedAt = readOptionalNumber("finished_at", row["finished_at"]);
   if (finishedAt !== null) found.finishedAt = finishedAt;
+  if (row["payload"] !== null && row["payload"] !== undefined) {
+    found.payload = JSON.parse(readString("payload", row["payload"])) as unknown;
+  }
   return found;
+}
+
+function queues(value: readonly string[] | null | undefined): string[] | null {
+  return value === null || value === undefined ? null : array("queues", value, text);
 }
 
 function sequences(value: readonly (LeaseSequence | null)[] | null | undefined): (string | null)[] | null {
@@ -162,27 +230,49 @@ export class PgJobStore implements IJobStore {
 
   /**
    * Adds the run's job, due at dispatchAt (at most maxAttempts leases; absent:
-   * the store default, 25); for an existing job moves only dispatchAt (and
-   * maxAttempts when given), keeping lease, worker, dispatched and cancelled.
-   * Notifies the store's channel at commit. SQL: `job_schedule`
+   * the store default, 25), in `queue` ("default") at `priority` (0) carrying
+   * `payload` (none); for an existing job moves dispatchAt and changes
+   * maxAttempts, queue, priority and payload only where given, keeping lease,
+   * worker, dispatched and cancelled. A payload past the owner's
+   * `store_settings.max_payload_bytes` (64 KiB) as JSON text: `InvalidArgument`
+   * naming `payload`, nothing changed. Notifies the store's channel at commit.
+   * SQL: `job_schedule`
    */
-  async schedule(job: { runId: string; dispatchAt: number; maxAttempts?: number }): Promise<void> {
-    await this.#run.rows("SELECT $schema.job_schedule($1::text, $2::bigint, $3::integer)", [
-      text("runId", job.runId),
-      int8("dispatchAt", job.dispatchAt),
-      optionalInt4("maxAttempts", job.maxAttempts),
-    ]);
+  async schedule(job: ScheduleJob): Promise<void> {
+    await this.#run.rows(
+      "SELECT $schema.job_schedule($1::text, $2::bigint, $3::integer, $4::text, $5::integer," +
+        " $6::jsonb)",
+      [
+        text("runId", job.runId),
+        int8("dispatchAt", job.dispatchAt),
+        optionalInt4("maxAttempts", job.maxAttempts),
+        optionalText("queue", job.queue),
+        optionalInt4("priority", job.priority),
+        jsonText("payload", job.payload),
+      ],
+    );
   }
 
   /**
-   * Leases the next due, waiting job whose lease is absent or expired (earliest
-   * dispatchAt, ties by runId) to `holder` until now + ttlMs, counting one
-   * attempt; undefined when none is leasable right now. SQL: `job_lease`
+   * Leases the next due, waiting job of `options.queues` (absent: every queue; a
+   * paused queue's jobs never) whose lease is absent or expired (highest priority,
+   * then earliest dispatchAt, then runId) to `holder` until now + ttlMs, counting
+   * one attempt; undefined when none is leasable right now. SQL: `job_lease`
    */
-  async lease(holder: string, now: number | null, ttlMs: number): Promise<Job | undefined> {
+  async lease(
+    holder: string,
+    now: number | null,
+    ttlMs: number,
+    options?: LeaseOptions,
+  ): Promise<Job | undefined> {
     const row = await this.#run.row(
-      `SELECT ${COLUMNS} FROM $schema.job_lease($1::text, $2::bigint, $3::bigint)`,
-      [text("holder", holder), optionalInt8("now", now), int8("ttlMs", ttlMs)],
+      `SELECT ${COLUMNS} FROM $schema.job_lease($1::text, $2::bigint, $3::bigint, $4::text[])`,
+      [
+        text("holder", holder),
+        optionalInt8("now", now),
+        int8("ttlMs", ttlMs),
+        queues(options?.queues),
+      ],
     );
     return row === undefined ? undefined : job(row);
   }
@@ -334,17 +424,23 @@ export class PgJobStore implements IJobStore {
   }
 
   /**
-   * The first `limit` jobs (absent: all) that `filter` selects, by dispatchAt then
-   * runId, and how many match in all: "all", "due" (waiting and due at `now`),
-   * "dispatched", "failed". SQL: `job_list`
+   * The first `limit` jobs (absent: all) that `filter` selects, of `queues` (absent:
+   * every queue), by dispatchAt then runId, and how many match in all: "all", "due"
+   * (waiting and due at `now`), "dispatched", "failed". SQL: `job_list`
    */
   async list(
     filter: JobFilter,
-    options?: { now?: number | null; limit?: number | null },
+    options?: { now?: number | null; limit?: number | null; queues?: readonly string[] | null },
   ): Promise<{ jobs: Job[]; matching: number }> {
     const rows = await this.#run.rows(
-      `SELECT ${COLUMNS}, matching FROM $schema.job_list($1::text, $2::bigint, $3::integer)`,
-      [text("filter", filter), optionalInt8("now", options?.now), optionalInt4("limit", options?.limit)],
+      `SELECT ${COLUMNS}, matching FROM $schema.job_list($1::text, $2::bigint, $3::integer,` +
+        " $4::text[])",
+      [
+        text("filter", filter),
+        optionalInt8("now", options?.now),
+        optionalInt4("limit", options?.limit),
+        queues(options?.queues),
+      ],
     );
     const first = rows[0];
     return {
@@ -360,23 +456,52 @@ export class PgJobStore implements IJobStore {
 
   /**
    * `schedule` for each (runIds[i], dispatchAt[i]) in one statement: distinct
-   * ids, at most 10000; one notification. SQL: `job_schedule_many`
+   * ids, at most 10000, all in `options.queue` at `options.priority`, each carrying
+   * `options.payloads[i]` (as long as runIds); one notification. A payload too
+   * large: `InvalidArgument` naming `payloads`, nothing changed.
+   * SQL: `job_schedule_many`
    */
-  async scheduleMany(runIds: readonly string[], dispatchAt: readonly number[]): Promise<void> {
-    await this.#run.rows("SELECT $schema.job_schedule_many($1::text[], $2::bigint[])", [
-      array("runIds", runIds, text),
-      array("dispatchAt", dispatchAt, int8),
-    ]);
+  async scheduleMany(
+    runIds: readonly string[],
+    dispatchAt: readonly number[],
+    options?: ScheduleManyOptions,
+  ): Promise<void> {
+    const payloads = options?.payloads;
+    await this.#run.rows(
+      "SELECT $schema.job_schedule_many($1::text[], $2::bigint[], $3::text, $4::integer," +
+        " $5::jsonb[])",
+      [
+        array("runIds", runIds, text),
+        array("dispatchAt", dispatchAt, int8),
+        optionalText("queue", options?.queue),
+        optionalInt4("priority", options?.priority),
+        payloads === null || payloads === undefined ? null : array("payloads", payloads, jsonText),
+      ],
+    );
   }
 
   /**
-   * `lease` for up to `limit` jobs (at most 10000) in one statement, in lease
-   * order; jobs out of attempts among them are failed and left out. SQL: `job_lease_many`
+   * `lease` for up to `limit` jobs (at most 10000) of `options.queues` in one
+   * statement, in lease order; jobs out of attempts among them are failed and left
+   * out. SQL: `job_lease_many`
    */
-  async leaseMany(holder: string, now: number | null, ttlMs: number, limit: number): Promise<Job[]> {
+  async leaseMany(
+    holder: string,
+    now: number | null,
+    ttlMs: number,
+    limit: number,
+    options?: LeaseOptions,
+  ): Promise<Job[]> {
     const rows = await this.#run.rows(
-      `SELECT ${COLUMNS} FROM $schema.job_lease_many($1::text, $2::bigint, $3::bigint, $4::integer)`,
-      [text("holder", holder), optionalInt8("now", now), int8("ttlMs", ttlMs), int4("limit", limit)],
+      `SELECT ${COLUMNS} FROM $schema.job_lease_many($1::text, $2::bigint, $3::bigint,` +
+        " $4::integer, $5::text[])",
+      [
+        text("holder", holder),
+        optionalInt8("now", now),
+        int8("ttlMs", ttlMs),
+        int4("limit", limit),
+        queues(options?.queues),
+      ],
     );
     return rows.map(job);
   }
@@ -430,5 +555,48 @@ export class PgJobStore implements IJobStore {
       ],
     );
     return rows.map((row) => readBoolean("renewed", row["renewed"]));
+  }
+
+  /**
+   * Pauses `queue` (any name: it need not hold jobs): no lease takes its jobs
+   * until `resumeQueue`; leases already held run on. True: paused now; false: it
+   * was paused already (nothing changed). SQL: `queue_pause`
+   */
+  async pauseQueue(queue: string): Promise<boolean> {
+    const row = await this.#run.row("SELECT $schema.queue_pause($1::text) AS ok", [
+      text("queue", queue),
+    ]);
+    return readBoolean("queue_pause", row?.["ok"]);
+  }
+
+  /**
+   * Resumes a paused `queue`, and wakes idle dispatchers at commit. True: resumed
+   * now; false: it was not paused (nothing changed). SQL: `queue_resume`
+   */
+  async resumeQueue(queue: string): Promise<boolean> {
+    const row = await this.#run.row("SELECT $schema.queue_resume($1::text) AS ok", [
+      text("queue", queue),
+    ]);
+    return readBoolean("queue_resume", row?.["ok"]);
+  }
+
+  /**
+   * Every queue that holds waiting jobs or was ever paused, by name, with its
+   * depth, due and leased counts at `now` (absent or null: the database clock) and
+   * whether it is paused. Reads every waiting job, never the history.
+   * SQL: `queue_list`
+   */
+  async listQueues(now?: number | null): Promise<QueueInfo[]> {
+    const rows = await this.#run.rows(
+      "SELECT queue, depth, due, leased, paused FROM $schema.queue_list($1::bigint)",
+      [optionalInt8("now", now)],
+    );
+    return rows.map((row) => ({
+      queue: readString("queue", row["queue"]),
+      depth: readNumber("depth", row["depth"]),
+      due: readNumber("due", row["due"]),
+      leased: readNumber("leased", row["leased"]),
+      paused: readBoolean("paused", row["paused"]),
+    }));
   }
 }

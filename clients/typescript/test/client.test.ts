@@ -224,3 +224,58 @@ test("list answers a page of the jobs a filter selects, and how many match in al
   await assert.rejects(jobs.list("bogus" as "all"), (e: unknown) => e instanceof InvalidArgument);
   assert.equal(typeof (await jobs.nowMs()), "number");
 });
+
+test("payloads: what JSON or jsonb cannot hold is refused in the client, nothing sent", async () => {
+  const cyclic: Record<string, unknown> = {};
+  cyclic["self"] = cyclic;
+  const cases: [string, () => Promise<unknown>][] = [
+    ["bigint", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: { id: 2n ** 60n } })],
+    ["NaN", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: [Number.NaN] })],
+    ["Infinity", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: { x: Infinity } })],
+    ["cycle", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: cyclic })],
+    ["function", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: () => 1 })],
+    ["NUL in a value", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: { s: "a\u0000" } })],
+    ["NUL in a key", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: { "k\u0000": 1 } })],
+    ["lone surrogate", () => jobs.schedule({ runId: "a", dispatchAt: 0, payload: "\uDC00" })],
+    ["one of a batch", () => jobs.scheduleMany(["a", "b"], [0, 0], { payloads: [1, 2n] })],
+    ["empty queues", () => jobs.lease("h", null, 100, { queues: [] })],
+    ["queues not strings", () => jobs.lease("h", null, 100, { queues: [7 as unknown as string] })],
+    ["priority past int4", () => jobs.schedule({ runId: "a", dispatchAt: 0, priority: 2 ** 31 })],
+  ];
+  for (const [what, call] of cases) {
+    await assert.rejects(call(), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgument, `${what}: ${String(e)}`);
+      assert.equal((e as InvalidArgument).sqlstate, "22023", what);
+      return true;
+    });
+  }
+  assert.deepEqual(await jobsState(owner), {});
+});
+
+test("a payload is read from its JSON text, whatever the app's jsonb parser says", async () => {
+  const payload = { big: "12345678901234567890", n: 2 ** 53 - 1, date: new Date(0) };
+  await jobs.schedule({ runId: "p", dispatchAt: 0, queue: "q", priority: -3, payload });
+  const expected = { big: "12345678901234567890", n: 2 ** 53 - 1, date: "1970-01-01T00:00:00.000Z" };
+  // An app that parses jsonb its own way (here: not at all) on its own pg.types.
+  const types = { getTypeParser: (oid: number, format?: string) =>
+    oid === 3802 ? (text: string) => `raw:${text}` : pg.types.getTypeParser(oid, format as "text") };
+  const raw = new pg.Pool({ connectionString: DSN, max: 1, types });
+  try {
+    const store = new PgJobStore(raw, { schema: SCHEMA });
+    const job = await store.get("p");
+    assert.deepEqual(job?.payload, expected);
+    assert.equal(job?.queue, "q");
+    assert.equal(job?.priority, -3);
+    const leased = await store.lease("h", null, 60_000, { queues: ["q"] });
+    assert.deepEqual(leased?.payload, expected);
+    assert.deepEqual((await store.list("all", { queues: ["q"] })).jobs.map((j) => j.runId), ["p"]);
+    assert.deepEqual((await store.list("all", { queues: ["other"] })).matching, 0);
+  } finally {
+    await raw.end();
+  }
+  // A job with none has no payload field; a JSON null is null.
+  await jobs.schedule({ runId: "none", dispatchAt: 0 });
+  assert.equal("payload" in ((await jobs.get("none")) ?? {}), false);
+  await owner.query(`UPDATE ${Q}.jobs SET payload = 'null' WHERE run_id = 'none'`);
+  assert.equal((await jobs.get("none"))?.payload, null);
+});

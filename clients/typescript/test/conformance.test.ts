@@ -37,14 +37,26 @@ function load(store: string): Scenario[] {
 
 type Call<S> = (store: S, a: Record<string, any>) => Promise<unknown>;
 
+/** A scenario's argument as the call takes it: `{"$repeat": s, "times": n}` is s n times. */
+function expanded(value: any): any {
+  if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+    if ("$repeat" in value) return (value["$repeat"] as string).repeat(value["times"] as number);
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, expanded(v)]));
+  }
+  return Array.isArray(value) ? value.map(expanded) : value;
+}
+
 const JOB_CALLS: Record<string, Call<PgJobStore>> = {
   schedule: (s, a) =>
-    s.schedule(
-      a["max_attempts"] === undefined
-        ? { runId: a["run_id"], dispatchAt: a["dispatch_at"] }
-        : { runId: a["run_id"], dispatchAt: a["dispatch_at"], maxAttempts: a["max_attempts"] },
-    ),
-  lease: (s, a) => s.lease(a["holder"], a["now"], a["ttl_ms"]),
+    s.schedule({
+      runId: a["run_id"],
+      dispatchAt: a["dispatch_at"],
+      maxAttempts: a["max_attempts"],
+      queue: a["queue"],
+      priority: a["priority"],
+      payload: a["payload"],
+    }),
+  lease: (s, a) => s.lease(a["holder"], a["now"], a["ttl_ms"], { queues: a["queues"] }),
   renew: (s, a) => s.renew(a["run_id"], a["holder"], a["now"], a["ttl_ms"], a["lease_sequence"]),
   mark_dispatched: (s, a) =>
     s.markDispatched(a["run_id"], a["holder"], a["worker_id"], a["lease_sequence"]),
@@ -60,12 +72,21 @@ const JOB_CALLS: Record<string, Call<PgJobStore>> = {
   list_dispatched: (s) => s.listDispatched(),
   list_failed: (s, a) => s.listFailed(a["limit"]),
   remove: (s, a) => s.remove(a["run_id"]),
-  schedule_many: (s, a) => s.scheduleMany(a["run_ids"], a["dispatch_at"]),
-  lease_many: (s, a) => s.leaseMany(a["holder"], a["now"], a["ttl_ms"], a["limit"]),
+  schedule_many: (s, a) =>
+    s.scheduleMany(a["run_ids"], a["dispatch_at"], {
+      queue: a["queue"],
+      priority: a["priority"],
+      payloads: a["payloads"],
+    }),
+  lease_many: (s, a) =>
+    s.leaseMany(a["holder"], a["now"], a["ttl_ms"], a["limit"], { queues: a["queues"] }),
   mark_dispatched_many: (s, a) =>
     s.markDispatchedMany(a["run_ids"], a["holder"], a["worker_ids"], a["lease_sequences"]),
   renew_many: (s, a) =>
     s.renewMany(a["run_ids"], a["holder"], a["now"], a["ttl_ms"], a["lease_sequences"]),
+  pause_queue: (s, a) => s.pauseQueue(a["queue"]),
+  resume_queue: (s, a) => s.resumeQueue(a["queue"]),
+  list_queues: (s, a) => s.listQueues(a["now"]),
 };
 
 function patch(p: Record<string, any>): CompletePatch {
@@ -92,7 +113,8 @@ const SCHEDULE_CALLS: Record<string, Call<PgScheduleStore>> = {
 
 const JOB_FIELDS = [
   "run_id", "dispatch_at", "lease_holder", "lease_until", "worker_id", "dispatched", "cancelled",
-  "lease_sequence", "attempts", "max_attempts", "last_error", "failed",
+  "lease_sequence", "attempts", "max_attempts", "last_error", "failed", "queue", "priority",
+  "payload",
 ];
 const RECORD_FIELDS = [
   "id", "kind", "spec", "next_run_at", "last_run_at", "last_status", "fencing_token",
@@ -109,7 +131,9 @@ function plain(value: unknown): Plain {
   if (typeof value === "object") {
     const out: Record<string, Plain> = {};
     for (const [key, v] of Object.entries(value)) {
-      if (key !== "finishedAt") out[snake(key)] = plain(v);
+      // A payload is the app's JSON value, its keys as written.
+      if (key === "payload") out[key] = v as Plain;
+      else if (key !== "finishedAt") out[snake(key)] = plain(v);
     }
     const fields = "runId" in value ? JOB_FIELDS : "kind" in value ? RECORD_FIELDS : [];
     for (const field of fields) out[field] ??= null;
@@ -195,7 +219,7 @@ async function run<S>(
       const errorClass = (pgstore as unknown as Record<string, (new (...a: never[]) => Error) | undefined>)[raises.error];
       if (errorClass === undefined) throw new Error(`${where}: no error class ${raises.error}`);
       const stateBefore = await readState();
-      await assert.rejects(call(store, step.args ?? {}), (error: unknown) => {
+      await assert.rejects(call(store, expanded(step.args ?? {})), (error: unknown) => {
         assert.ok(error instanceof errorClass, `${where}: ${String(error)}`);
         assert.equal((error as pgstore.PgStoreError).sqlstate, raises.sqlstate, where);
         assert.ok((error as Error).message.includes(raises.message_contains), `${where}: ${(error as Error).message}`);
@@ -204,7 +228,7 @@ async function run<S>(
       assert.deepStrictEqual(await readState(), stateBefore, `${where}: the refused call changed the state`);
       continue;
     }
-    const answer = plain(await call(store, step.args ?? {}));
+    const answer = plain(await call(store, expanded(step.args ?? {})));
     if (step.expect !== undefined) {
       const why = mismatch(step.expect, answer);
       assert.equal(why, null, `${where} (${step.call}): ${why}`);

@@ -32,10 +32,10 @@ export function pool(url: string = DSN, max = 4): pg.Pool {
   return new pg.Pool({ connectionString: url, max, application_name: "pgstore-ts-test" });
 }
 
-/** Empties the store's tables (and fences) as a fresh schema has them. */
+/** Empties the store's tables (fences and paused queues too) as a fresh schema has them. */
 export async function reset(owner: pg.Pool): Promise<void> {
   await owner.query(
-    `TRUNCATE ${Q}.jobs, ${Q}.schedules, ${Q}.schedule_fences;` +
+    `TRUNCATE ${Q}.jobs, ${Q}.queues, ${Q}.schedules, ${Q}.schedule_fences;` +
       ` UPDATE ${Q}.job_fences SET lease_sequence = 0`,
   );
 }
@@ -60,7 +60,8 @@ export type Plain = null | boolean | number | string | Plain[] | { [key: string]
 export async function jobsState(owner: pg.Pool): Promise<Record<string, Plain>> {
   const { rows } = await owner.query(
     `SELECT run_id, dispatch_at, lease_holder, lease_until, worker_id, dispatched, cancelled,` +
-      ` lease_sequence, attempts, max_attempts, last_error, failed FROM ${Q}.jobs ORDER BY run_id`,
+      ` lease_sequence, attempts, max_attempts, last_error, failed, queue, priority, payload` +
+      ` FROM ${Q}.jobs ORDER BY run_id`,
   );
   const jobs: Record<string, Plain> = {};
   for (const row of rows as Record<string, unknown>[]) {
