@@ -327,11 +327,18 @@ class JobPage:
 class QueueInfo:
     """One queue as ``list_queues`` answers it (SQL ``queue_list``): its jobs waiting
     (``depth``: not dispatched, cancelled or failed), of those the ``due`` ones no live
-    lease holds (what a lease could take), those ``leased`` (a live lease), and whether
-    it is ``paused`` (``pause_queue``: none of its jobs are leased)."""
+    lease holds (what a lease could take unless a limit holds it back), those ``leased``
+    (a live lease), whether it is ``paused`` (``pause_queue``: none of its jobs are
+    leased), its limits (``set_queue_concurrency``, ``set_queue_rate``; None: none) and
+    ``rate_used``, the leases counted against its rate limit in the period up to now
+    (None without one)."""
 
     queue: str
     depth: int
     due: int
     leased: int
     paused: bool
+    concurrency_limit: int | None = None
+    rate_limit: int | None = None
+    rate_period_ms: int | None = None
+    rate_used: int | None = None

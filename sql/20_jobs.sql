@@ -145,19 +145,35 @@ COMMENT ON COLUMN job_fences.lease_sequence IS
 -- The queue controls (sql/23_queues.sql). A queue needs no row to exist: a job's
 -- queue is its jobs.queue, and job_schedule writes nothing here (no cost on the
 -- schedule path). queue_pause writes the row of a queue it pauses; queue_resume
--- clears its flag. job_lease reads it once per (queue, priority) group it finds.
+-- clears its flag; queue_set_concurrency and queue_set_rate write the limits
+-- (sql/24_queue_limits.sql). job_lease reads it once per (queue, priority)
+-- group it finds, paused and limits at once.
 
 CREATE TABLE queues (
     queue      text COLLATE "C" PRIMARY KEY,
     paused     boolean NOT NULL DEFAULT false,
-    updated_at bigint  NOT NULL
+    updated_at bigint  NOT NULL,
+    concurrency_limit integer CHECK (concurrency_limit BETWEEN 1 AND 10000),
+    rate_limit        integer CHECK (rate_limit BETWEEN 1 AND 10000),
+    rate_period_ms    bigint CHECK (rate_period_ms BETWEEN 1 AND 31622400000),
+    CHECK ((rate_limit IS NULL) = (rate_period_ms IS NULL))
 );
 
 COMMENT ON TABLE queues IS
-'The queue controls: one row per queue ever paused (queue_pause writes it, queue_resume '
-'clears paused). Written only through those functions; a queue with no row is not paused.';
+'The queue controls: one row per queue ever paused or limited (queue_pause writes it, '
+'queue_resume clears paused, queue_set_concurrency and queue_set_rate set the limits). '
+'Written only through those functions; a queue with no row is neither paused nor limited.';
 COMMENT ON COLUMN queues.paused IS
 'True: job_lease and job_lease_many lease none of the queue''s jobs (leases already '
 'held run on, and may be renewed, marked and released).';
 COMMENT ON COLUMN queues.updated_at IS
-'Epoch ms (the database clock) of the last queue_pause or queue_resume that changed the row.';
+'Epoch ms (the database clock) of the last queue_pause, queue_resume, '
+'queue_set_concurrency or queue_set_rate that changed the row.';
+COMMENT ON COLUMN queues.concurrency_limit IS
+'At most this many live leases of the queue''s jobs at once (queue_set_concurrency); '
+'NULL: no limit. Enforced through queue_slots (sql/24_queue_limits.sql).';
+COMMENT ON COLUMN queues.rate_limit IS
+'At most this many leases of the queue''s jobs in any window of rate_period_ms '
+'(queue_set_rate); NULL: no limit. Enforced through queue_slots.';
+COMMENT ON COLUMN queues.rate_period_ms IS
+'The window of rate_limit, in ms (at most 366 days); NULL exactly when rate_limit is.';

@@ -398,8 +398,41 @@ DECLARE
     v_rows    jobs[] := ARRAY[]::jobs[];
     v_round   jobs[];
     v_default boolean;
+    v_queues  text[] := p_queues;
+    v_prios   integer[] := p_priorities;
+    v_limited text[];  -- the limited queues among the groups
+    v_limits  jsonb;   -- NULL: none
+    v_caps    jsonb;
+    v_one     boolean := false;
 BEGIN
-    v_default := EXISTS (SELECT FROM unnest(p_queues, p_priorities) AS g(queue, priority)
+    -- Queue limits (sql/24_queue_limits.sql): the limited queues among the
+    -- groups (one probe of queues a queue); lock their rows first, as many as
+    -- each has jobs leasable now (up to p_limit), and lease at most as many of
+    -- each one's jobs (its cap); a queue with none free drops out, like a
+    -- paused one. Its leases take the rounds below, which write them into the
+    -- rows at the end.
+    SELECT array_agg(q.queue) INTO v_limited
+      FROM queues q
+     WHERE q.queue = ANY (v_queues)
+       AND (q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL);
+    IF v_limited IS NOT NULL THEN
+        SELECT queue_limits_reserve(array_agg(w.queue), array_agg(w.want), p_now)
+          INTO v_limits
+          FROM queue_limits_wants(v_queues, v_prios, v_limited, p_now, p_limit) w;
+        v_caps := queue_limits_caps(v_limits, '{}');
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM unnest(v_queues, v_prios) AS g(queue, priority)
+         WHERE coalesce((v_caps ->> g.queue)::integer, 1) > 0;
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+        -- One queue only (one group, or the priorities of one): its cap is the
+        -- limit of the lease; else each limited queue's first cap rows are its
+        -- candidates.
+        v_one := (SELECT count(DISTINCT g.queue) = 1 FROM unnest(v_queues) AS g(queue));
+    END IF;
+    v_default := EXISTS (SELECT FROM unnest(v_queues, v_prios) AS g(queue, priority)
                          WHERE g.queue = 'default' AND g.priority = 0);
 
     -- Every read of a group below states the predicate of the index that holds
@@ -412,7 +445,8 @@ BEGIN
     -- this statement (InitPlans, once), never by an earlier one, and a job out
     -- of attempts is failed by this UPDATE instead of leased (it counts against
     -- p_limit and is left out of the answer).
-    IF cardinality(p_queues) = 1 AND NOT v_default THEN
+    -- (Without limits v_queues and v_prios are p_queues and p_priorities.)
+    IF cardinality(v_queues) = 1 AND NOT v_default AND v_limits IS NULL THEN
         RETURN QUERY
         WITH leased AS (
             UPDATE jobs j
@@ -468,7 +502,8 @@ BEGIN
     v_window := p_limit + 16;
     LOOP
         WITH heads AS MATERIALIZED (
-            SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+            SELECT w.tid, 'default'::text AS queue, w.priority, w.dispatch_at, w.run_id,
+                   w.rn, w.n
               FROM (SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
                            count(*) OVER () AS n
                       FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
@@ -481,8 +516,8 @@ BEGIN
                              LIMIT v_window) x
                      WHERE v_default) w
             UNION ALL
-            SELECT w.tid, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
-              FROM unnest(p_queues, p_priorities) AS g(queue, priority)
+            SELECT w.tid, g.queue, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+              FROM unnest(v_queues, v_prios) AS g(queue, priority)
              CROSS JOIN LATERAL (
                    SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
                           count(*) OVER () AS n
@@ -500,9 +535,25 @@ BEGIN
         -- another group's in lease order: only the rows up to the earliest last
         -- row of a cut head are merged, so a lease never skips an unlocked row
         -- it should have taken first.
+        -- A limited queue's first cap rows in lease order, over its groups (one
+        -- queue only: all of them, and its cap limits the lease below). Without
+        -- limits the heads as they are: the other branch reads no row.
+        capped AS (
+            SELECT h.tid, h.priority, h.dispatch_at, h.run_id
+              FROM heads h
+             WHERE v_limits IS NULL
+            UNION ALL
+            SELECT c.tid, c.priority, c.dispatch_at, c.run_id
+              FROM (SELECT h.*,
+                           row_number() OVER (PARTITION BY h.queue
+                                              ORDER BY h.priority DESC, h.dispatch_at,
+                                                       h.run_id) AS qn
+                      FROM heads h
+                     WHERE v_limits IS NOT NULL) c
+             WHERE v_one OR c.qn <= coalesce((v_caps ->> c.queue)::integer, c.qn)),
         safe AS (
             SELECT h.tid
-              FROM heads h
+              FROM capped h
              WHERE NOT EXISTS (
                        SELECT FROM heads l
                         WHERE l.n >= v_window AND l.rn = l.n
@@ -538,10 +589,12 @@ BEGIN
                                AND c.dispatch_at <= p_now
                                AND (c.lease_until IS NULL OR c.lease_until <= p_now)
                                AND (c.queue, c.priority) IN (
-                                       SELECT * FROM unnest(p_queues, p_priorities)))
+                                       SELECT * FROM unnest(v_queues, v_prios)))
                               IS TRUE
                         ORDER BY c.priority DESC, c.dispatch_at, c.run_id
-                        LIMIT v_left
+                        LIMIT CASE WHEN v_one
+                                   THEN least(v_left, (v_caps ->> v_queues[1])::integer)
+                                   ELSE v_left END
                           FOR UPDATE SKIP LOCKED))
             RETURNING j AS job)
         SELECT coalesce(array_agg(l.job), ARRAY[]::jobs[]),
@@ -551,9 +604,20 @@ BEGIN
 
         v_rows := v_rows || v_round;
         v_left := v_left - cardinality(v_round);
+        IF v_limits IS NOT NULL THEN
+            v_caps := queue_limits_caps(
+                v_limits, ARRAY(SELECT r.queue FROM unnest(v_rows) r WHERE NOT r.failed));
+        END IF;
         EXIT WHEN v_left <= 0 OR NOT v_more;
         v_window := v_window * 4;
     END LOOP;
+    IF v_limits IS NOT NULL THEN
+        -- A job failed instead of leased took no row.
+        PERFORM queue_limits_fill(v_limits, array_agg(r.queue), array_agg(r.run_id),
+                                  array_agg(r.lease_sequence), p_now, p_until)
+           FROM unnest(v_rows) r
+          WHERE NOT r.failed;
+    END IF;
 
     RETURN QUERY
     SELECT r.* FROM unnest(v_rows) r
@@ -584,6 +648,7 @@ DECLARE
     v_until bigint;
     v_others boolean;
     v_paused boolean;
+    v_limited boolean;
     v_queues text[];
     v_prios  integer[];
 BEGIN
@@ -616,15 +681,24 @@ BEGIN
                    AND (c.queue <> 'default' OR c.priority <> 0)
                  ORDER BY c.queue DESC, c.priority
                  LIMIT 1),
-               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
-          INTO v_others, v_paused;
+               s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
+          INTO v_others, v_paused, v_limited
+          FROM (SELECT) AS one
+          LEFT JOIN queues s ON s.queue = 'default';
     END IF;
-    IF p_queues IS NOT NULL OR v_others THEN
+    -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
+    -- which keeps its limits; the same probe of queues tells.
+    IF p_queues IS NOT NULL OR v_others OR v_limited THEN
         SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
         IF v_queues IS NULL THEN
             RETURN;
         END IF;
-        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] THEN
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited
+           OR (p_queues IS NOT NULL
+               AND EXISTS (SELECT FROM queues s
+                            WHERE s.queue = 'default'
+                              AND (s.concurrency_limit IS NOT NULL
+                                   OR s.rate_limit IS NOT NULL))) THEN
             RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1,
                                                       v_queues, v_prios);
             RETURN;
@@ -698,7 +772,10 @@ AS $$
 DECLARE
     v_now     bigint;
     v_until   bigint;
-    v_renewed boolean;
+    v_renewed  boolean;
+    v_queue    text;
+    v_sequence bigint;
+    v_limited  boolean;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
@@ -708,13 +785,25 @@ BEGIN
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    UPDATE jobs
+    -- The same probe of queues tells whether the job's queue has a concurrency
+    -- limit: then the lease's row in queue_slots is extended too, or the lease
+    -- ends (sql/24_queue_limits.sql).
+    UPDATE jobs j
        SET lease_until = v_until
-     WHERE run_id = p_run_id
-       AND lease_holder = p_holder
-       AND lease_until > v_now
-       AND (p_lease_sequence IS NULL OR lease_sequence = p_lease_sequence)
-    RETURNING true INTO v_renewed;
+     WHERE j.run_id = p_run_id
+       AND j.lease_holder = p_holder
+       AND j.lease_until > v_now
+       AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
+    RETURNING true, j.queue, j.lease_sequence,
+              (SELECT q.concurrency_limit IS NOT NULL FROM queues q WHERE q.queue = j.queue)
+         INTO v_renewed, v_queue, v_sequence, v_limited;
+    IF v_limited
+       AND cardinality(queue_limits_keep(ARRAY[v_queue], ARRAY[p_run_id], ARRAY[v_sequence],
+                                         v_now, v_until)) > 0 THEN
+        -- The queue is full and this lease holds none of its rows: it ends now.
+        UPDATE jobs j SET lease_until = v_now WHERE j.run_id = p_run_id;
+        RETURN false;
+    END IF;
     RETURN coalesce(v_renewed, false);
 END
 $$;

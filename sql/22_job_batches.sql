@@ -169,6 +169,7 @@ DECLARE
     v_until bigint;
     v_others boolean;
     v_paused boolean;
+    v_limited boolean;
     v_queues text[];
     v_prios  integer[];
 BEGIN
@@ -211,15 +212,24 @@ BEGIN
                    AND (c.queue <> 'default' OR c.priority <> 0)
                  ORDER BY c.queue DESC, c.priority
                  LIMIT 1),
-               (SELECT s.paused FROM queues s WHERE s.queue = 'default')
-          INTO v_others, v_paused;
+               s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
+          INTO v_others, v_paused, v_limited
+          FROM (SELECT) AS one
+          LEFT JOIN queues s ON s.queue = 'default';
     END IF;
-    IF p_queues IS NOT NULL OR v_others THEN
+    -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
+    -- which keeps its limits; the same probe of queues tells.
+    IF p_queues IS NOT NULL OR v_others OR v_limited THEN
         SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
         IF v_queues IS NULL THEN
             RETURN;
         END IF;
-        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] THEN
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited
+           OR (p_queues IS NOT NULL
+               AND EXISTS (SELECT FROM queues s
+                            WHERE s.queue = 'default'
+                              AND (s.concurrency_limit IS NOT NULL
+                                   OR s.rate_limit IS NOT NULL))) THEN
             RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit,
                                                       v_queues, v_prios);
             RETURN;
@@ -410,6 +420,10 @@ DECLARE
     v_until   bigint;
     v_fences  jsonb;  -- run_id -> lease_sequence; NULL when no array is given
     v_renewed jsonb;  -- run_id -> true, for the leases the UPDATE extended
+    v_queues    text[];
+    v_limited   text[];  -- the renewed leases of queues with a concurrency limit
+    v_sequences bigint[];
+    v_lost      text[];
 BEGIN
     PERFORM check_primary();
     PERFORM check_run_ids(p_run_ids);
@@ -425,6 +439,8 @@ BEGIN
     -- primary key.
     v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
 
+    -- As job_renew: the leases of queues with a concurrency limit keep their
+    -- rows in queue_slots, or end (sql/24_queue_limits.sql).
     WITH renewed AS (
         UPDATE jobs j
            SET lease_until = v_until
@@ -432,10 +448,22 @@ BEGIN
            AND j.lease_holder = p_holder
            AND j.lease_until > v_now
            AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
-        RETURNING j.run_id)
-    SELECT jsonb_object(array_agg(r.run_id), array_agg('true'::text))
-      INTO v_renewed  -- NULL when no lease was extended
-      FROM renewed r;
+        RETURNING j.run_id, j.queue, j.lease_sequence)
+    SELECT jsonb_object(array_agg(r.run_id), array_agg('true'::text)),
+           array_agg(r.queue) FILTER (WHERE q.concurrency_limit IS NOT NULL),
+           array_agg(r.run_id) FILTER (WHERE q.concurrency_limit IS NOT NULL),
+           array_agg(r.lease_sequence) FILTER (WHERE q.concurrency_limit IS NOT NULL)
+      INTO v_renewed, v_queues, v_limited, v_sequences  -- NULL when no lease was extended
+      FROM renewed r
+      LEFT JOIN queues q ON q.queue = r.queue;
+    IF v_limited IS NOT NULL THEN
+        v_lost := queue_limits_keep(v_queues, v_limited, v_sequences, v_now, v_until);
+        IF cardinality(v_lost) > 0 THEN
+            -- Their queue is full and they hold none of its rows: they end now.
+            UPDATE jobs j SET lease_until = v_now WHERE j.run_id = ANY (v_lost);
+            v_renewed := v_renewed - v_lost;
+        END IF;
+    END IF;
 
     RETURN QUERY
     SELECT u.run_id, (v_renewed ->> u.run_id) IS NOT NULL

@@ -65,7 +65,10 @@ COMMENT ON FUNCTION queue_resume(text) IS
 'paused (nothing changes). 22023: p_queue NULL, empty or longer than 1024 characters.';
 
 CREATE FUNCTION queue_list(p_now bigint DEFAULT NULL)
-RETURNS TABLE (queue text, depth bigint, due bigint, leased bigint, paused boolean)
+RETURNS TABLE (
+    queue text, depth bigint, due bigint, leased bigint, paused boolean,
+    concurrency_limit integer, rate_limit integer, rate_period_ms bigint, rate_used bigint
+)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path FROM CURRENT
@@ -94,8 +97,16 @@ BEGIN
                  WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
                    AND (q.queue <> 'default' OR q.priority <> 0)) AS j
          GROUP BY j.queue)
+    -- rate_used: the queue's rate rows (sql/24_queue_limits.sql) taken in
+    -- the last period, what a lease could not take again yet.
     SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
-           coalesce(c.leased, 0), coalesce(s.paused, false)
+           coalesce(c.leased, 0), coalesce(s.paused, false),
+           s.concurrency_limit, s.rate_limit, s.rate_period_ms,
+           CASE WHEN s.rate_limit IS NOT NULL THEN
+               (SELECT count(*) FROM queue_slots r
+                 WHERE r.queue = s.queue AND r.kind = 'rate' AND r.slot <= s.rate_limit
+                   AND r.taken_at > v_now - s.rate_period_ms)
+           END
       FROM counts c
       FULL JOIN queues s ON s.queue = c.queue
      ORDER BY 1;
@@ -103,8 +114,11 @@ END
 $$;
 
 COMMENT ON FUNCTION queue_list(bigint) IS
-'One row per queue that holds waiting jobs or was ever paused, by name: depth (jobs '
-'waiting: not dispatched, cancelled or failed), due (of those, due at p_now, NULL '
-'meaning now_ms(), and not held by a live lease: what a lease could take), leased (held '
-'by a live lease at p_now) and paused. Reads every waiting job, never the history. '
+'One row per queue that holds waiting jobs or was ever paused or limited, by name: '
+'depth (jobs waiting: not dispatched, cancelled or failed), due (of those, due at p_now, '
+'NULL meaning now_ms(), and not held by a live lease: what a lease could take unless a '
+'limit holds it back), leased (held by a live lease at p_now), paused, the limits '
+'(queue_set_concurrency, queue_set_rate; NULL: none) and rate_used (leases counted '
+'against the rate limit in the period up to p_now; NULL without one). Reads every '
+'waiting job, never the history. '
 '22023: p_now past store_settings.max_clock_skew_ms.';

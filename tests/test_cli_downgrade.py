@@ -109,6 +109,8 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
 
 #: What every downgrade from head to pgstore_0006 or below names first.
 ABOVE_0006 = [
+    "pgstore_0024: columns queues.concurrency_limit, queues.rate_limit,"
+    " queues.rate_period_ms and table queue_slots (0 rows);",
     "pgstore_0019: columns jobs.payload, jobs.priority, jobs.queue,"
     " store_settings.max_payload_bytes and table queues (0 rows);",
     "pgstore_0018: columns schedules.due_at, schedules.jitter_ms, schedules.paused,"
@@ -134,7 +136,7 @@ ABOVE_0006 = [
         # relative to the current revision, as alembic counts: down to pgstore_0001
         (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}",
          [*ABOVE_0006, "pgstore_0002: table jobs (2 rows);"]),
-        # What each of 0019, 0018, 0016, 0015, 0014, 0011, 0010, 0009 and 0007 added.
+        # What each of 0024, 0019, 0018, 0016, 0015, 0014, 0011, 0010, 0009 and 0007 added.
         ("pgstore_0006", ABOVE_0006),
     ],
 )

@@ -10,6 +10,9 @@ import pytest
 from pgstore import PgJobStore
 from tests.support.cli_support import Run, clean_environment, in_process
 
+#: A queue's limits in ``--json`` when it has none.
+NONE = {"concurrency_limit": None, "rate_limit": None, "rate_period_ms": None, "rate_used": None}
+
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Run:
@@ -25,7 +28,8 @@ def test_queues_list_pause_and_resume(
     where = ["--dsn", dsn, "--schema", "cli_queues"]
     assert cli("migrate", *where)[0] == 0
     status, out, _ = cli("queues", *where)
-    assert status == 0 and out.splitlines()[-1] == "no queues (no waiting job, none paused)"
+    assert status == 0
+    assert out.splitlines()[-1] == "no queues (no waiting job, none paused or limited)"
     with PgJobStore(dsn, schema="cli_queues") as store:
         now = store.now_ms()
         store.schedule("a", now - 1000, queue="provider-x")
@@ -41,22 +45,22 @@ def test_queues_list_pause_and_resume(
     status, out, _ = cli("queues", *where)
     lines = out.splitlines()
     assert status == 0 and all(len(line) <= 80 for line in lines)
-    assert lines[1].split() == ["queue", "waiting", "due", "leased", "paused"]
+    assert lines[1].split() == ["queue", "waiting", "due", "leased", "paused", "limits"]
     assert [line.split() for line in lines[3:]] == [
-        ["default", "1", "1", "0", "no"], ["provider-x", "2", "1", "0", "yes"]]
+        ["default", "1", "1", "0", "no", "-"], ["provider-x", "2", "1", "0", "yes", "-"]]
 
     status, out, _ = cli("queues", "--json", *where)
     doc = json.loads(out)
     assert doc["schema"] == "cli_queues" and isinstance(doc["now_ms"], int)
     assert doc["queues"] == [
-        {"queue": "default", "waiting": 1, "due": 1, "leased": 0, "paused": False},
-        {"queue": "provider-x", "waiting": 2, "due": 1, "leased": 0, "paused": True}]
+        {"queue": "default", "waiting": 1, "due": 1, "leased": 0, "paused": False, **NONE},
+        {"queue": "provider-x", "waiting": 2, "due": 1, "leased": 0, "paused": True, **NONE}]
 
     status, out, _ = cli("queues", "resume", "provider-x", "--json", *where)
     doc = json.loads(out)
     assert status == 0 and doc["result"] == "is resumed"
     assert doc["queues"] == [
-        {"queue": "provider-x", "waiting": 2, "due": 1, "leased": 0, "paused": False}]
+        {"queue": "provider-x", "waiting": 2, "due": 1, "leased": 0, "paused": False, **NONE}]
     status, out, _ = cli("queues", "resume", "provider-x", *where)
     assert "was not paused: nothing changed" in out.splitlines()[0]
 
@@ -120,3 +124,39 @@ def test_jobs_by_queue_at_80_columns(
     # Bad input: 22023 naming queues, exit status 1; the listing changes nothing anyway.
     status, _, err = cli("jobs", *where, "--queue", "")
     assert status == 1 and "queues must be NULL (every queue)" in err
+
+
+def test_queues_limit_sets_and_removes_limits(
+    cli: Run, pgstore_fresh_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    dsn = pgstore_fresh_database()
+    where = ["--dsn", dsn, "--schema", "cli_limits"]
+    assert cli("migrate", *where)[0] == 0
+    status, out, _ = cli("queues", "limit", "provider-x", "--concurrency", "5",
+                         "--rate", "10/1s", *where)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0] == ("schema 'cli_limits': queue 'provider-x': concurrency limit set,"
+                        " rate limit set")
+    assert lines[-1].split() == ["provider-x", "0", "0", "0", "no", "5", "at", "once,",
+                                 "10/1s", "(0", "used)"]
+    status, out, _ = cli("queues", "limit", "provider-x", "--concurrency", "5", *where)
+    assert out.splitlines()[0].endswith("concurrency limit unchanged")
+    status, out, _ = cli("queues", "limit", "provider-x", "--rate", "none", "--json", *where)
+    doc = json.loads(out)
+    assert status == 0 and doc["result"] == "rate limit set"
+    assert doc["queues"] == [{"queue": "provider-x", "waiting": 0, "due": 0, "leased": 0,
+                              "paused": False, **NONE, "concurrency_limit": 5}]
+
+    # Bad input: refused, the parameter named, nothing changed.
+    for bad, said in ((["--concurrency", "0"], "limit must be NULL"),
+                      (["--concurrency", "10001"], "limit must be NULL"),
+                      (["--rate", "10"], "not a rate"),
+                      (["--rate", "10/0s"], "not an age"),
+                      ([], "give --concurrency, --rate or both")):
+        status, _, err = cli("queues", "limit", "provider-x", *bad, *where)
+        assert status != 0 and said in err, (bad, err)
+    with PgJobStore(dsn, schema="cli_limits") as store:
+        [queue] = store.list_queues()
+        assert (queue.concurrency_limit, queue.rate_limit) == (5, None)

@@ -179,7 +179,7 @@ SAMPLE_ARGS: dict[str, object] = {
     "promotions": 1,
     "jitter_ms": 0,
     "queue": "q", "priority": 1, "payload": {"a": 1}, "queues": ["q"],
-    "payloads": [{"a": 1}],
+    "payloads": [{"a": 1}], "period_ms": 1000,
 }
 
 

@@ -159,7 +159,15 @@ json_payloads = st.one_of(
 )
 
 
-def sql_argument(name: str, type_: str) -> st.SearchStrategy[Any]:
+#: A queue limit at the SQL level: each valid one is that many rows of queue_slots, which
+#: every state check reads, so the valid ones drawn stay small; and the bounds, and past.
+SQL_QUEUE_LIMITS = st.one_of(st.none(), st.integers(-2, 4),
+                             st.sampled_from([10_001, 2**31 - 1, -(2**31)]))
+
+
+def sql_argument(name: str, type_: str, function: str = "") -> st.SearchStrategy[Any]:
+    if function.startswith("queue_set_") and name == "p_limit":
+        return SQL_QUEUE_LIMITS
     if type_ == "text":
         drawn = text_or_null
         return drawn
@@ -188,7 +196,12 @@ SQL_FUNCTIONS = sorted({f.name for f in CLIENT_FUNCTIONS} | {"job_purge"})
 STATE_SQL = """
 SELECT (SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY s.id), '')) FROM {s}.schedules s),
        (SELECT md5(coalesce(string_agg(f::text, '|' ORDER BY f.id), '')) FROM {s}.schedule_fences f),
-       (SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY j.run_id), '')) FROM {s}.jobs j)
+       (SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY j.run_id), '')) FROM {s}.jobs j),
+       (SELECT md5(coalesce(string_agg(q::text, '|' ORDER BY q.queue), '')) FROM {s}.queues q),
+       (SELECT md5(coalesce(string_agg(
+                   (pg_column_size(l.queue), l.kind, l.slot, l.run_id, l.lease_sequence,
+                    l.lease_until, l.taken_at)::text, '|' ORDER BY l.queue, l.kind, l.slot), ''))
+          FROM {s}.queue_slots l)  -- not the names: up to 10000 rows share a long one
 """
 
 #: Rows that break a promise of the functions; each query must return no row.
@@ -287,7 +300,10 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                                  'job_history_advance', 'job_history_forget',
                                  'schedule_due_at',
                                  'job_lease_groups', 'job_lease_due',
-                                 'job_lease_take')
+                                 'job_lease_take', 'queue_limit_max',
+                                 'queue_slot_free', 'queue_limits_reserve',
+                                 'queue_limits_fill', 'queue_limits_keep',
+                                 'queue_limits_caps', 'queue_limits_wants')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
            -- the generated column's expression, against its reference in
@@ -332,7 +348,8 @@ def test_sql_function_answers_only_documented_errors(
     db: Database, signatures: dict[str, list[tuple[str, str]]], function: str, data: st.DataObject
 ) -> None:
     params = signatures[function]
-    args = [data.draw(sql_argument(name, type_), label=name) for name, type_ in params]
+    args = [data.draw(sql_argument(name, type_, function), label=name)
+            for name, type_ in params]
     call = sql.SQL("SELECT * FROM {}.{}({})").format(
         sql.Identifier(db.schema), sql.Identifier(function),
         sql.SQL(", ").join(sql.SQL("%s::" + type_) for _, type_ in params),
@@ -525,6 +542,9 @@ queue_names = st.one_of(st.none(), st.sampled_from(["default", "q1", "q2", "", "
 #: The queues a lease takes: every one, some, or lists SQL rejects (empty, a bad name).
 queue_lists = st.one_of(st.none(), st.lists(st.sampled_from(["default", "q1", "q2", ""]),
                                             max_size=3))
+#: A queue limit: none, a few valid ones (small: each is that many rows), and out of range.
+queue_limits = st.one_of(st.none(), st.integers(-1, 4),
+                         st.sampled_from([10_001, 2**31 - 1, 2**31]))
 priorities = st.one_of(st.none(), st.integers(-5, 5),
                        st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1]))
 JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
@@ -551,6 +571,10 @@ JOB_METHODS: dict[str, list[st.SearchStrategy[Any]]] = {
     "pause_queue": [queue_names],
     "resume_queue": [queue_names],
     "list_queues": [times],
+    "set_queue_concurrency": [queue_names, queue_limits],
+    "set_queue_rate": [queue_names, queue_limits,
+                       st.one_of(st.none(), st.integers(-2, 3), st.sampled_from(
+                           [1_000, 31_622_400_000, 31_622_400_001, 2**63 - 1, 2**63]))],
     "mark_dispatched_many": [batch_ids, names,
                              st.lists(st.one_of(st.none(), st.text(max_size=10)), max_size=4),
                              st.one_of(st.none(), st.lists(sequences, max_size=4))],

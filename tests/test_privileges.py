@@ -70,13 +70,16 @@ API_CALLS = [
     "job_schedule('x', 0)",
     "job_remove('x')",
     "job_schedule('q', 0, NULL, 'provider', 5, '{\"seat\": 3}')",
+    "queue_set_concurrency('provider', 2)",
+    "queue_set_rate('provider', 5, 1000)",
     "job_lease_many('h', 10, 1000, 5, ARRAY['provider'])",
+    "job_renew_many(ARRAY['q'], 'h', 20, 1000)",
     "queue_pause('provider')",
     "queue_list(NULL)",
     "queue_resume('provider')",
 ]
 TABLES = ["schedules", "schedule_fences", "jobs", "store_settings", "job_fences", "store_epoch",
-          "job_history", "queues"]
+          "job_history", "queues", "queue_slots"]
 #: The helpers the API functions call: internal, granted to no one.
 HELPER_CALLS = ["check_name('id', 'x')", "check_length('spec', 'x')", "check_now(0)"]
 TABLE_WRITES = [
@@ -92,6 +95,7 @@ FIRST_COLUMN = {
     "store_epoch": "epoch",
     "job_history": "upto",
     "queues": "queue",
+    "queue_slots": "queue",
 }
 
 

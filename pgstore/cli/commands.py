@@ -150,6 +150,7 @@ from pgstore.cli.format import (
     job_phase,
     jobs_table,
     lease_state,
+    parse_rate,
     parse_when,
     queues_table,
     schedules_table,
@@ -180,6 +181,9 @@ __all__ = [
     "output_width",
     "schedules_table",
 ]
+
+#: What ``pgstore queues limit --concurrency`` and ``--rate`` take for "no limit".
+NO_LIMIT = "none"
 
 PROG = "pgstore"
 DSN_VARIABLE = "PGSTORE_DSN"
@@ -493,7 +497,10 @@ def _queues_json(schema: str, now: int, queues: list[QueueInfo]) -> dict[str, An
 
     return {"schema": schema, **instant("now", now),
             "queues": [{"queue": q.queue, "waiting": q.depth, "due": q.due,
-                        "leased": q.leased, "paused": q.paused} for q in queues]}
+                        "leased": q.leased, "paused": q.paused,
+                        "concurrency_limit": q.concurrency_limit, "rate_limit": q.rate_limit,
+                        "rate_period_ms": q.rate_period_ms, "rate_used": q.rate_used}
+                       for q in queues]}
 
 
 def _cmd_queues(args: argparse.Namespace) -> int:
@@ -508,7 +515,7 @@ def _cmd_queues(args: argparse.Namespace) -> int:
         return 0
     print(_header(args.schema, now))
     if not queues:
-        print("no queues (no waiting job, none paused)")
+        print("no queues (no waiting job, none paused or limited)")
         return 0
     print(queues_table(queues, _width(args)))
     return 0
@@ -529,6 +536,55 @@ def _cmd_queue_switch(args: argparse.Namespace) -> int:
         _print_json({**_queues_json(args.schema, now, queues), "result": what})
         return 0
     print(f"schema {args.schema!r}: queue {args.queue!r} {what}")
+    if queues:
+        print(queues_table(queues, _width(args)))
+    return 0
+
+
+def _concurrency_arg(text: str) -> int | str:
+    """``--concurrency``: a count (the store checks its range), or ``none``."""
+    if text.strip().lower() == NO_LIMIT:
+        return NO_LIMIT
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count of leases, nor none: {text!r}") from None
+
+
+def _rate_arg(text: str) -> tuple[int, int] | str:
+    """``--rate``: ``N/SPAN`` (``parse_rate``), or ``none``."""
+    if text.strip().lower() == NO_LIMIT:
+        return NO_LIMIT
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cmd_queue_limit(args: argparse.Namespace) -> int:
+    """``pgstore queues limit QUEUE [--concurrency N|none] [--rate N/SPAN|none]``: one call
+    per limit given, then the queue's line."""
+    if args.concurrency is None and args.rate is None:
+        print(f"{PROG}: error: queues limit: give --concurrency, --rate or both",
+              file=sys.stderr)
+        return 2
+    said = []
+    with _job_store(args) as store:
+        if args.concurrency is not None:
+            concurrency = None if args.concurrency == NO_LIMIT else args.concurrency
+            changed = store.set_queue_concurrency(args.queue, concurrency)
+            said.append("concurrency limit " + ("set" if changed else "unchanged"))
+        if args.rate is not None:
+            limit, period = (None, None) if args.rate == NO_LIMIT else args.rate
+            changed = store.set_queue_rate(args.queue, limit, period)
+            said.append("rate limit " + ("set" if changed else "unchanged"))
+        now = store.now_ms()
+        queues = [q for q in store.list_queues(now) if q.queue == args.queue]
+    what = ", ".join(said)
+    if args.json:
+        _print_json({**_queues_json(args.schema, now, queues), "result": what})
+        return 0
+    print(f"schema {args.schema!r}: queue {args.queue!r}: {what}")
     if queues:
         print(queues_table(queues, _width(args)))
     return 0
@@ -1000,6 +1056,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("queue", metavar="QUEUE")
         views(sub, wide=True)
         sub.set_defaults(action=_cmd_queue_switch)
+    text = ("set or remove QUEUE's limits (queue_set_concurrency, queue_set_rate): at most "
+            "N live leases at once, at most N leases in any window of SPAN; across every "
+            "dispatcher. A limit given as it is: nothing changes")
+    sub = queue_actions.add_parser("limit", parents=[queue_quiet], help=text, description=text)
+    sub.add_argument("queue", metavar="QUEUE")
+    sub.add_argument("--concurrency", metavar="N|none", type=_concurrency_arg,
+                     help="at most N live leases of QUEUE's jobs at once; none: no limit")
+    sub.add_argument("--rate", metavar="N/SPAN|none", type=_rate_arg,
+                     help="at most N leases in any window of SPAN (10/1s, 600/1m, 5/250ms);"
+                          " none: no limit")
+    views(sub, wide=True)
+    sub.set_defaults(action=_cmd_queue_limit)
 
     jobs = commands.add_parser(
         "jobs",

@@ -463,19 +463,41 @@ def parse_when(text: str) -> tuple[int | None, int]:
     return delta // timedelta(milliseconds=1), 0
 
 
-QUEUE_COLUMNS = ("queue", "waiting", "due", "leased", "paused")
+QUEUE_COLUMNS = ("queue", "waiting", "due", "leased", "paused", "limits")
+
+
+def queue_limits(q: QueueInfo) -> str:
+    """A queue's limits for people: ``5 at once``, ``10/1s (4 used)``, both joined by a
+    comma, or ``-`` for none."""
+    parts = []
+    if q.concurrency_limit is not None:
+        parts.append(f"{q.concurrency_limit} at once")
+    if q.rate_limit is not None and q.rate_period_ms is not None:
+        parts.append(f"{q.rate_limit}/{short_duration(q.rate_period_ms)} ({q.rate_used} used)")
+    return ", ".join(parts) or NULL
+
+
+def parse_rate(text: str) -> tuple[int, int]:
+    """A rate limit as typed after ``--rate``: ``N/SPAN`` (``10/1s``, ``600/1m``,
+    ``5/250ms``; a span as ``span_ms`` reads it) as ``(N, span in ms)``. ``ValueError``
+    otherwise."""
+    count, _, span = text.partition("/")
+    if not count.strip().isdigit() or not span:
+        raise ValueError(f"not a rate: {text!r} (a count, a slash and a span, e.g. 10/1s)")
+    return int(count), span_ms(span)
 
 
 def queues_table(queues: Sequence[QueueInfo], width: int | None = None) -> str:
     """The queues as an aligned text table (header, rule, one line per queue, by name):
     ``waiting`` is the depth (jobs not dispatched, cancelled or failed), ``due`` those
-    due and not held, ``leased`` those under a live lease, ``paused`` yes or no. Queue
-    names are cut in the middle to fit ``width`` characters (``fitted``)."""
+    due and not held, ``leased`` those under a live lease, ``paused`` yes or no,
+    ``limits`` as ``queue_limits`` says. Queue names are cut in the middle to fit
+    ``width`` characters (``fitted``)."""
 
     def rows(limit: int | None) -> list[tuple[str, ...]]:
         return [
             (clip_middle(q.queue, limit), str(q.depth), str(q.due), str(q.leased),
-             "yes" if q.paused else "no")
+             "yes" if q.paused else "no", queue_limits(q))
             for q in queues
         ]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument, JobNotRemovable
+from pgstore.memory.limits import QueueLimits, check_concurrency, check_rate
 from pgstore.memory.schedules import wall_clock_ms
 from pgstore.models import (
     DEFAULT_MAX_ATTEMPTS,
@@ -123,6 +124,8 @@ class MemoryJobStore:
         self._fence = 0
         #: Every queue ever paused, and whether it is now (SQL's queues table).
         self._queues: dict[str, bool] = {}
+        #: The queue limits and their rows (SQL's queues columns and queue_slots).
+        self._limits = QueueLimits(self._jobs)
         self._lock = threading.Lock()
 
     def _finish(self, run_id: str, job: Job) -> None:
@@ -191,10 +194,8 @@ class MemoryJobStore:
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
         with self._lock:
-            leasable = self._leasable(at, wanted)
-            if not leasable:
-                return None
-            return self._take(leasable[0], holder, until)
+            taken = self._lease_up_to(1, at, wanted, holder, until)
+            return taken[0] if taken else None
 
     def renew(
         self, run_id: str, holder: str, now: int | None, ttl_ms: int,
@@ -217,8 +218,17 @@ class MemoryJobStore:
                 or not _same_lease(job, lease_sequence)
             ):
                 return False
-            self._jobs[run_id] = replace(job, lease_until=until)
+            return self._renewed(job, at, until)
+
+    def _renewed(self, job: Job, at: int, until: int) -> bool:
+        """Extend ``job``'s live lease to ``until`` (under the lock), and its row of a
+        concurrency limit; a lease that holds none and finds none free ends at ``at``."""
+        renewed = replace(job, lease_until=until)
+        self._jobs[job.run_id] = renewed
+        if self._limits.keep(renewed, at, until):
             return True
+        self._jobs[job.run_id] = replace(job, lease_until=at)
+        return False
 
     def mark_dispatched(
         self, run_id: str, holder: str, worker_id: str | None,
@@ -427,9 +437,28 @@ class MemoryJobStore:
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
         with self._lock:
-            leasable = self._leasable(at, wanted)[:limit]
-            taken = [self._take(job, holder, until) for job in leasable]
-            return [job for job in taken if job is not None]
+            return self._lease_up_to(limit, at, wanted, holder, until)
+
+    def _lease_up_to(
+        self, limit: int, at: int, queues: list[str] | None, holder: str, until: int
+    ) -> list[Job]:
+        """job_lease_take (under the lock): up to ``limit`` leasable jobs in lease order,
+        at most its cap of each limited queue's (a job failed out of attempts counts
+        against both, as its candidate does in SQL), written into the queues' rows."""
+        leasable = self._leasable(at, queues)
+        caps = self._limits.caps({job.queue for job in leasable}, at, limit)
+        chosen: list[Job] = []
+        for job in leasable:
+            if len(chosen) == limit:
+                break
+            if job.queue in caps:
+                if caps[job.queue] <= 0:
+                    continue
+                caps[job.queue] -= 1
+            chosen.append(job)
+        taken = [leased for job in chosen if (leased := self._take(job, holder, until))]
+        self._limits.take(taken, at)
+        return taken
 
     def _take(self, job: Job, holder: str, until: int) -> Job | None:
         """Lease ``job`` (under the lock), numbered above its last lease and the fence; or,
@@ -484,19 +513,18 @@ class MemoryJobStore:
         v.integer("now", now)
         at = wall_clock_ms() if now is None else now
         until = v.add(at, ttl_ms)
-        answers = []
+        held: dict[str, Job] = {}
         with self._lock:
             for run_id, fence in zip(ids, fences, strict=True):
                 job = self._jobs.get(run_id)
-                held = (
+                if (
                     job is not None and job.lease_holder == holder
                     and _lease_live(job, at) and _same_lease(job, fence)
-                )
-                if held:
-                    assert job is not None
-                    self._jobs[run_id] = replace(job, lease_until=until)
-                answers.append(held)
-        return answers
+                ):
+                    held[run_id] = job
+            # By run_id, as SQL's queue_limits_keep hands out free rows.
+            renewed = {run_id: self._renewed(held[run_id], at, until) for run_id in sorted(held)}
+        return [renewed.get(run_id, False) for run_id in ids]
 
     @staticmethod
     def _fences(lease_sequences: Sequence[int | None] | None, length: int) -> list[int | None]:
@@ -538,6 +566,16 @@ class MemoryJobStore:
             self._queues[queue] = False
             return True
 
+    def set_queue_concurrency(self, queue: str, limit: int | None) -> bool:
+        check_concurrency(queue, limit)
+        with self._lock:
+            return self._limits.set_concurrency(queue, limit)
+
+    def set_queue_rate(self, queue: str, limit: int | None, period_ms: int | None) -> bool:
+        check_rate(queue, limit, period_ms)
+        with self._lock:
+            return self._limits.set_rate(queue, limit, period_ms)
+
     def list_queues(self, now: int | None = None) -> list[QueueInfo]:
         v.integer("now", now)
         at = wall_clock_ms() if now is None else now
@@ -552,13 +590,16 @@ class MemoryJobStore:
                     c[2] += 1
                 elif job.dispatch_at <= at:
                     c[1] += 1
-            names = sorted(set(counts) | set(self._queues))
-            return [
-                QueueInfo(queue=q, depth=counts.get(q, [0])[0],
-                          due=counts.get(q, [0, 0])[1], leased=counts.get(q, [0, 0, 0])[2],
-                          paused=self._queues.get(q, False))
-                for q in names
-            ]
+            names = sorted(set(counts) | set(self._queues) | self._limits.names())
+            infos = []
+            for q in names:
+                depth, due, leased = counts.get(q, [0, 0, 0])
+                concurrency, rate, period, used = self._limits.limits(q, at)
+                infos.append(QueueInfo(
+                    queue=q, depth=depth, due=due, leased=leased,
+                    paused=self._queues.get(q, False), concurrency_limit=concurrency,
+                    rate_limit=rate, rate_period_ms=period, rate_used=used))
+            return infos
 
     def now_ms(self) -> int:
         """This process's clock in epoch ms."""

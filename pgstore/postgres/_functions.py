@@ -22,6 +22,7 @@ CHECK_PAYLOAD = Function("check_payload", ("text", "jsonb"))
 CHECK_POSITIVE = Function("check_positive", ("text", "bigint"))
 CHECK_PRESENT = Function("check_present", ("text", "anyelement"))
 CHECK_PRIMARY = Function("check_primary", ())
+CHECK_QUEUE_LIMIT = Function("check_queue_limit", ("text", "integer"))
 CHECK_QUEUES = Function("check_queues", ("text[]",))
 CHECK_RUN_IDS = Function("check_run_ids", ("text[]",))
 CHECK_SAME_LENGTH = Function("check_same_length", ("text", "anyarray", "integer"))
@@ -57,9 +58,24 @@ JOB_SCHEDULE_MANY = Function(
     "job_schedule_many", ("text[]", "bigint[]", "text", "integer", "jsonb[]")
 )
 NOW_MS = Function("now_ms", ())
+QUEUE_LIMIT_MAX = Function("queue_limit_max", ())
+QUEUE_LIMITS_CAPS = Function("queue_limits_caps", ("jsonb", "text[]"))
+QUEUE_LIMITS_FILL = Function(
+    "queue_limits_fill", ("jsonb", "text[]", "text[]", "bigint[]", "bigint", "bigint")
+)
+QUEUE_LIMITS_KEEP = Function(
+    "queue_limits_keep", ("text[]", "text[]", "bigint[]", "bigint", "bigint")
+)
+QUEUE_LIMITS_RESERVE = Function("queue_limits_reserve", ("text[]", "integer[]", "bigint"))
+QUEUE_LIMITS_WANTS = Function(
+    "queue_limits_wants", ("text[]", "integer[]", "text[]", "bigint", "integer")
+)
 QUEUE_LIST = Function("queue_list", ("bigint",))
 QUEUE_PAUSE = Function("queue_pause", ("text",))
 QUEUE_RESUME = Function("queue_resume", ("text",))
+QUEUE_SET_CONCURRENCY = Function("queue_set_concurrency", ("text", "integer"))
+QUEUE_SET_RATE = Function("queue_set_rate", ("text", "integer", "bigint"))
+QUEUE_SLOT_FREE = Function("queue_slot_free", ("text", "bigint", "bigint", "bigint"))
 RAISE_INVALID = Function("raise_invalid", ("text",))
 RAISE_NO_EPOCH = Function("raise_no_epoch", ())
 RAISE_STANDBY = Function("raise_standby", ())
@@ -99,6 +115,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(CHECK_POSITIVE, security_definer=False, volatility="volatile"),
     Definition(CHECK_PRESENT, security_definer=False, volatility="volatile"),
     Definition(CHECK_PRIMARY, security_definer=False, volatility="volatile"),
+    Definition(CHECK_QUEUE_LIMIT, security_definer=False, volatility="volatile"),
     Definition(CHECK_QUEUES, security_definer=False, volatility="volatile"),
     Definition(CHECK_RUN_IDS, security_definer=False, volatility="volatile"),
     Definition(CHECK_SAME_LENGTH, security_definer=False, volatility="volatile"),
@@ -128,9 +145,18 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_SCHEDULE, security_definer=True, volatility="volatile"),
     Definition(JOB_SCHEDULE_MANY, security_definer=True, volatility="volatile"),
     Definition(NOW_MS, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LIMIT_MAX, security_definer=False, volatility="immutable"),
+    Definition(QUEUE_LIMITS_CAPS, security_definer=False, volatility="stable"),
+    Definition(QUEUE_LIMITS_FILL, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LIMITS_KEEP, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LIMITS_RESERVE, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LIMITS_WANTS, security_definer=False, volatility="stable"),
     Definition(QUEUE_LIST, security_definer=True, volatility="stable"),
     Definition(QUEUE_PAUSE, security_definer=True, volatility="volatile"),
     Definition(QUEUE_RESUME, security_definer=True, volatility="volatile"),
+    Definition(QUEUE_SET_CONCURRENCY, security_definer=True, volatility="volatile"),
+    Definition(QUEUE_SET_RATE, security_definer=True, volatility="volatile"),
+    Definition(QUEUE_SLOT_FREE, security_definer=False, volatility="stable"),
     Definition(RAISE_INVALID, security_definer=False, volatility="volatile"),
     Definition(RAISE_NO_EPOCH, security_definer=False, volatility="volatile"),
     Definition(RAISE_STANDBY, security_definer=False, volatility="volatile"),

@@ -46,6 +46,8 @@ RENEW_MANY = _sql.JOB_RENEW_MANY
 QUEUE_PAUSE = _sql.QUEUE_PAUSE
 QUEUE_RESUME = _sql.QUEUE_RESUME
 QUEUE_LIST = _sql.QUEUE_LIST
+QUEUE_SET_CONCURRENCY = _sql.QUEUE_SET_CONCURRENCY
+QUEUE_SET_RATE = _sql.QUEUE_SET_RATE
 
 
 def _integer_count(param: str, value: object) -> None:
@@ -243,6 +245,19 @@ def pause_queue(queue: str) -> Call[bool]:
 def resume_queue(queue: str) -> Call[bool]:
     v.text("queue", queue)
     return Call(QUEUE_RESUME, (queue,), _rows.boolean_value)
+
+
+def set_queue_concurrency(queue: str, limit: int | None) -> Call[bool]:
+    v.text("queue", queue)
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    return Call(QUEUE_SET_CONCURRENCY, (queue, limit), _rows.boolean_value)
+
+
+def set_queue_rate(queue: str, limit: int | None, period_ms: int | None) -> Call[bool]:
+    v.text("queue", queue)
+    v.integer("limit", limit, maximum=v.INTEGER_MAX)
+    v.integer("period_ms", period_ms)
+    return Call(QUEUE_SET_RATE, (queue, limit, period_ms), _rows.boolean_value)
 
 
 def list_queues(now: int | None) -> Call[list[QueueInfo]]:

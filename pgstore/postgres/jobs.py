@@ -234,9 +234,30 @@ class PgJobStore(SyncStore, Listens):
         SQL: ``queue_resume``."""
         return self._runner.run(calls.resume_queue(queue))
 
+    def set_queue_concurrency(self, queue: str, limit: int | None) -> bool:
+        """Hold at most ``limit`` live leases of ``queue``'s jobs at once, across every
+        dispatcher (None: no limit). A lease counts until it expires or its job is
+        dispatched, released or failed; a lease taken before the limit counts from its
+        next renew, which answers False when the queue is full. True: the limit changed;
+        False: it was ``limit`` already. InvalidArgument: ``limit`` not from 1 to 10000.
+        SQL: ``queue_set_concurrency``."""
+        return self._runner.run(calls.set_queue_concurrency(queue, limit))
+
+    def set_queue_rate(
+        self, queue: str, limit: int | None, period_ms: int | None
+    ) -> bool:
+        """Lease at most ``limit`` of ``queue``'s jobs in any window of ``period_ms``,
+        across every dispatcher, measured with each lease's ``now`` (both None: no
+        limit). True: the limit changed; False: it was that already. InvalidArgument:
+        ``limit`` not from 1 to 10000, ``period_ms`` not from 1 to 366 days, or only one
+        of them None.
+        SQL: ``queue_set_rate``."""
+        return self._runner.run(calls.set_queue_rate(queue, limit, period_ms))
+
     def list_queues(self, now: int | None = None) -> list[QueueInfo]:
-        """Every queue that holds waiting jobs or was ever paused, by name, with its
-        depth, due and leased counts at ``now`` (None: the database clock) and whether
-        it is paused. Reads every waiting job.
+        """Every queue that holds waiting jobs or was ever paused or limited, by name,
+        with its depth, due and leased counts at ``now`` (None: the database clock),
+        whether it is paused, its limits and the leases its rate limit counts now.
+        Reads every waiting job.
         SQL: ``queue_list``."""
         return self._runner.run(calls.list_queues(now))

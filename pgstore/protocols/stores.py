@@ -209,6 +209,16 @@ class JobStore(Protocol):
     def resume_queue(self, queue: str) -> bool:
         """Resume a paused ``queue``; False: it was not paused."""
 
+    def set_queue_concurrency(self, queue: str, limit: int | None) -> bool:
+        """At most ``limit`` live leases of ``queue``'s jobs at once (None: no limit);
+        False: it was ``limit`` already."""
+
+    def set_queue_rate(
+        self, queue: str, limit: int | None, period_ms: int | None
+    ) -> bool:
+        """At most ``limit`` leases of ``queue``'s jobs in any window of ``period_ms``
+        (both None: no limit); False: it was that already."""
+
     def list_queues(self, now: int | None = None) -> builtins.list[QueueInfo]:
-        """Every queue with waiting jobs or ever paused, by name: depth, due, leased,
-        paused."""
+        """Every queue with waiting jobs or ever paused or limited, by name: depth, due,
+        leased, paused, limits."""

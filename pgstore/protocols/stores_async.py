@@ -206,6 +206,16 @@ class AsyncJobStore(Protocol):
     async def resume_queue(self, queue: str) -> bool:
         """Resume a paused ``queue``; False: it was not paused."""
 
+    async def set_queue_concurrency(self, queue: str, limit: int | None) -> bool:
+        """At most ``limit`` live leases of ``queue``'s jobs at once (None: no limit);
+        False: it was ``limit`` already."""
+
+    async def set_queue_rate(
+        self, queue: str, limit: int | None, period_ms: int | None
+    ) -> bool:
+        """At most ``limit`` leases of ``queue``'s jobs in any window of ``period_ms``
+        (both None: no limit); False: it was that already."""
+
     async def list_queues(self, now: int | None = None) -> builtins.list[QueueInfo]:
-        """Every queue with waiting jobs or ever paused, by name: depth, due, leased,
-        paused."""
+        """Every queue with waiting jobs or ever paused or limited, by name: depth, due,
+        leased, paused, limits."""

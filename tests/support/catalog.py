@@ -95,7 +95,9 @@ INLINED_HELPERS = frozenset(
      "check_primary", "raise_standby", "token_floor_at", "raise_no_epoch", "batch_max",
      "check_run_ids", "check_same_length", "check_lease_sequences", "job_history_advance",
      "job_history_forget", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
-     "job_lease_due", "job_lease_take"}
+     "job_lease_due", "job_lease_take", "queue_limit_max", "queue_slot_free",
+     "check_queue_limit", "queue_limits_reserve", "queue_limits_fill", "queue_limits_keep",
+     "queue_limits_caps", "queue_limits_wants"}
 )
 
 #: The one helper with a SET clause (a helper runs as its caller, on the caller's pinned

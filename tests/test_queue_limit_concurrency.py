@@ -1,0 +1,289 @@
+"""The queue limits under real concurrency: parallel connections leasing at once.
+
+What it proves, against a real server, trial after trial:
+
+* a concurrency limit of C: 8 leasers, each on its own connection, lease a queue's
+  jobs (single ``job_lease``, batches of 1 to 6 with ``job_lease_many``, or both), hold
+  each for a moment, then mark it dispatched or release it for a retry. At no moment do
+  more than C leases of the queue live: neither in the leasers' own bookkeeping (a
+  lease counts from its lease's return until just before its mark or release is sent:
+  never longer than it really lives) nor in any snapshot of a monitor connection
+  polling the jobs table all along. The limit is reached (C leases at once), and every
+  job is dispatched in the end;
+* a rate limit of R per period P: the same leasers with the database clock; the
+  ``now`` of every lease (its lease_until less the ttl) is logged, and no window of P
+  holds more than R of them; a queue with both limits holds both;
+* a leaser in a REPEATABLE READ transaction whose snapshot predates another leaser's
+  lease either gets a serialization failure (40001) or leases within the limit, never
+  beyond it; a mark it cannot see keeps the row busy.
+
+Without the rule that only the job's positive evidence frees a busy row (had a row
+been free whenever no job "holds" it in the leaser's snapshot), the monitor sees C + 1
+leases within a trial or two: a leaser re-checks a row another just took with its own,
+older snapshot of jobs (EvalPlanQual), in which that lease does not exist yet.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from pgstore import Job, PgJobStore
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("queue_limit_concurrency")]
+
+WORKERS = 8
+BARRIER_TIMEOUT = 30.0
+LONG_TTL = 600_000  # the concurrency trials end leases by mark or release only
+
+
+@pytest.fixture
+def connect(pgstore_database: str) -> Iterator[Callable[[], psycopg.Connection[Any]]]:
+    conns: list[psycopg.Connection[Any]] = []
+
+    def make() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(pgstore_database, autocommit=True)
+        conns.append(conn)
+        return conn
+
+    try:
+        yield make
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def _lease(store: PgJobStore, rnd: random.Random, mode: str, holder: str,
+           now: int | None, ttl: int, queues: list[str] | None) -> list[Job]:
+    single = mode == "single" or (mode == "mixed" and rnd.random() < 0.5)
+    if single:
+        job = store.lease(holder, now, ttl, queues=queues)
+        return [] if job is None else [job]
+    return store.lease_many(holder, now, ttl, rnd.randint(1, 6), queues=queues)
+
+
+class Live:
+    """The leases of the limited queue the leasers know they hold, by run_id."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: set[str] = set()
+        self.most = 0
+        self.over: list[int] = []
+        self.lock = threading.Lock()
+
+    def add(self, run_ids: list[str]) -> None:
+        with self.lock:
+            self.held.update(run_ids)
+            self.most = max(self.most, len(self.held))
+            if len(self.held) > self.limit:
+                self.over.append(len(self.held))
+
+    def drop(self, run_id: str) -> None:
+        with self.lock:
+            self.held.discard(run_id)
+
+
+def _monitor(conn: psycopg.Connection[Any], schema: str, limit: int,
+             stop: threading.Event) -> tuple[int, int]:
+    """Poll the live leases of queue 'lim' until ``stop``: (polls, most seen at once)."""
+    query = sql.SQL(
+        "SELECT count(*) FROM {}.jobs WHERE queue = 'lim' AND lease_holder IS NOT NULL"
+        " AND lease_until > {}.now_ms() AND NOT dispatched AND NOT failed"
+    ).format(sql.Identifier(schema), sql.Identifier(schema))
+    polls = most = 0
+    while not stop.is_set():
+        row = conn.execute(query).fetchone()
+        assert row is not None
+        polls += 1
+        most = max(most, row[0])
+    return polls, most
+
+
+@pytest.mark.parametrize("mode", ["single", "batch", "mixed"])
+@pytest.mark.parametrize("limit", [1, 3])
+def test_concurrency_limit_holds_with_many_leasers(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str, mode: str,
+    limit: int,
+) -> None:
+    trials, jobs = 4, 150
+    stores = [PgJobStore(connect(), schema=pgstore_schema) for _ in range(WORKERS + 1)]
+    setup = stores[-1]
+    monitor_conn = connect()
+    setup.set_queue_concurrency("lim", limit)
+    for trial in range(trials):
+        ids = [f"t{trial}-lim-{i}" for i in range(jobs)]
+        setup.schedule_many(ids, [0] * jobs, queue="lim")
+        setup.schedule_many([f"t{trial}-free-{i}" for i in range(jobs)], [0] * jobs,
+                            queue="free")
+        live = Live(limit)
+        barrier = threading.Barrier(WORKERS)
+        stop = threading.Event()
+
+        def work(w: int, trial: int = trial, live: Live = live,
+                 barrier: threading.Barrier = barrier) -> int:
+            rnd = random.Random(trial * 100 + w)
+            store = stores[w]
+            holder = f"w{w}"
+            barrier.wait(BARRIER_TIMEOUT)
+            idle = leased = 0
+            while idle < 40:
+                queues = rnd.choice([None, ["lim"], ["lim", "free"]])
+                got = _lease(store, rnd, mode, holder, None, LONG_TTL, queues)
+                if not got:
+                    idle += 1
+                    time.sleep(0.001)
+                    continue
+                idle = 0
+                leased += len(got)
+                live.add([j.run_id for j in got if j.queue == "lim"])
+                time.sleep(rnd.random() * 0.003)
+                for job in got:
+                    live.drop(job.run_id)
+                    if rnd.random() < 0.8:
+                        assert store.mark_dispatched(
+                            job.run_id, holder, "bot", job.lease_sequence).recorded
+                    else:
+                        assert store.release(job.run_id, holder, 0, job.lease_sequence)
+            return leased
+
+        with ThreadPoolExecutor(WORKERS + 1) as pool:
+            watch = pool.submit(_monitor, monitor_conn, pgstore_schema, limit, stop)
+            results = [pool.submit(work, w) for w in range(WORKERS)]
+            try:
+                leased = sum(f.result() for f in results)
+            finally:
+                stop.set()
+            polls, seen = watch.result()
+        assert live.over == [], f"trial {trial}: the leasers held {live.over}"
+        assert seen <= limit, f"trial {trial}: the monitor saw {seen} live leases"
+        assert live.most == limit, f"trial {trial}: the limit was never reached"
+        assert polls > 0 and leased >= 2 * jobs
+        for job in setup.lease_many("check", None, LONG_TTL, 10):
+            pytest.fail(f"trial {trial}: {job.run_id} was left undispatched")
+
+
+def _windows_hold(nows: list[int], limit: int, period: int) -> list[tuple[int, int]]:
+    """The leases (first, (limit+1)-th) that fall within one window of ``period``."""
+    nows = sorted(nows)
+    return [(nows[i], nows[i + limit]) for i in range(len(nows) - limit)
+            if nows[i + limit] - nows[i] < period]
+
+
+@pytest.mark.parametrize("concurrency", [None, 2])
+@pytest.mark.parametrize("mode", ["single", "batch", "mixed"])
+def test_rate_limit_holds_with_many_leasers(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str, mode: str,
+    concurrency: int | None,
+) -> None:
+    rate, period, ttl, seconds = 4, 120, 60_000, 1.2
+    stores = [PgJobStore(connect(), schema=pgstore_schema) for _ in range(WORKERS + 1)]
+    setup = stores[-1]
+    setup.set_queue_rate("lim", rate, period)
+    setup.set_queue_concurrency("lim", concurrency)
+    setup.schedule_many([f"lim-{i}" for i in range(400)], [0] * 400, queue="lim")
+    barrier = threading.Barrier(WORKERS)
+    live = Live(concurrency or 10_000)
+
+    def work(w: int) -> list[int]:
+        rnd = random.Random(w)
+        store = stores[w]
+        nows: list[int] = []
+        barrier.wait(BARRIER_TIMEOUT)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            got = _lease(store, rnd, mode, f"w{w}", None, ttl, ["lim"])
+            if not got:
+                time.sleep(0.002)
+                continue
+            live.add([j.run_id for j in got])
+            nows.extend(j.lease_until - ttl for j in got if j.lease_until is not None)
+            time.sleep(rnd.random() * 0.003)
+            for job in got:
+                live.drop(job.run_id)
+                store.mark_dispatched(job.run_id, f"w{w}", None, job.lease_sequence)
+        return nows
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        nows = [n for f in [pool.submit(work, w) for w in range(WORKERS)] for n in f.result()]
+    assert _windows_hold(nows, rate, period) == []
+    assert live.over == []
+    # Not starved: at least half the windows the run spans were used to the full.
+    assert len(nows) >= rate * (seconds * 1000 // period) // 2, len(nows)
+
+
+def test_a_repeatable_read_leaser_never_exceeds_the_limit(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str
+) -> None:
+    first = PgJobStore(connect(), schema=pgstore_schema)
+    rr_conn = connect()
+    rr = PgJobStore(rr_conn, schema=pgstore_schema)
+    first.set_queue_concurrency("lim", 1)
+    first.schedule_many(["a", "b", "c"], [0, 1, 2], queue="lim")
+
+    def live() -> int:
+        return sum(1 for q in first.list_queues() if q.queue == "lim" for _ in range(q.leased))
+
+    # Its snapshot predates the lease that takes the one row: the row it would lock
+    # changed since, a serialization failure, never a second lease.
+    rr_conn.autocommit = False
+    rr_conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    rr_conn.execute("SELECT 1")
+    a = first.lease("h1", None, LONG_TTL)
+    assert a is not None and a.run_id == "a"
+    with pytest.raises(errors.SerializationFailure):
+        rr.lease("h2", None, LONG_TTL)
+    rr_conn.rollback()
+    assert live() == 1
+
+    # Its snapshot predates a mark that frees the row: the row still looks busy to it.
+    rr_conn.execute("SELECT 1")
+    assert first.mark_dispatched("a", "h1", "bot").recorded
+    assert rr.lease("h2", None, LONG_TTL) is None
+    rr_conn.commit()
+    # A fresh snapshot sees the mark.
+    b = rr.lease("h2", None, LONG_TTL)
+    rr_conn.commit()
+    assert b is not None and b.run_id == "b"
+    assert first.lease("h1", None, LONG_TTL) is None
+    assert live() == 1
+
+
+@pytest.mark.parametrize("batch", [1, 100])
+def test_a_limit_costs_one_row_lock_a_leased_job(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str, batch: int
+) -> None:
+    """A lease in an open transaction holds one queue_slots row lock per leased job and
+    limit, however many jobs it asked for (a second connection counts the rows it cannot
+    lock), and none in a queue without limits."""
+    setup = PgJobStore(connect(), schema=pgstore_schema)
+    setup.set_queue_concurrency("lim", 50)
+    setup.set_queue_rate("lim", 50, 3_600_000)
+    setup.schedule_many([f"lim-{i}" for i in range(3)], [0, 1, 2], queue="lim")
+    setup.schedule_many([f"free-{i}" for i in range(3)], [0, 1, 2], queue="free")
+    leaser_conn = connect()
+    leaser = PgJobStore(leaser_conn, schema=pgstore_schema)
+    counter = connect()
+    locked = sql.SQL(
+        "SELECT kind, 50 - count(*) FROM (SELECT kind FROM {}.queue_slots"
+        " FOR UPDATE SKIP LOCKED) s GROUP BY kind ORDER BY kind"
+    ).format(sql.Identifier(pgstore_schema))
+
+    leaser_conn.autocommit = False
+    got = leaser.lease_many("h", None, LONG_TTL, batch, queues=["lim"])
+    assert len(got) == min(batch, 3)
+    assert counter.execute(locked).fetchall() == [("concurrency", len(got)), ("rate", len(got))]
+    leaser_conn.commit()
+    counter.execute("SELECT 1")
+    got = leaser.lease_many("h", None, LONG_TTL, batch, queues=["free"])
+    assert len(got) == min(batch, 3)
+    assert counter.execute(locked).fetchall() == [("concurrency", 0), ("rate", 0)]
+    leaser_conn.commit()

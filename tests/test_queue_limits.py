@@ -1,0 +1,223 @@
+"""The queue limits (docs/queues.md, "Limits"), call by call, on every job store kind.
+
+A concurrency limit holds at most N live leases of a queue's jobs at once: a lease
+counts until it expires or its job is dispatched, released or failed (a cancelled job's
+live lease still counts), and a renew keeps it counting. A rate limit leases at most N
+of a queue's jobs in any window of one period. A limited queue that is full is passed
+over, never waited on: the lease goes on to other queues' jobs. ``list_queues`` shows
+the limits. Bad input raises ``InvalidArgument`` (22023 in SQL, naming the parameter)
+and changes nothing. The same rules under real concurrency:
+tests/test_queue_limit_concurrency.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pgstore import InvalidArgument, Job, QueueInfo
+from tests.conftest import JobStoreUnderTest
+
+TTL = 1_000
+NOW = 10_000
+
+
+def _ids(jobs: list[Job]) -> list[str]:
+    return [job.run_id for job in jobs]
+
+
+def _queue(jobs: JobStoreUnderTest, name: str, now: int = NOW) -> QueueInfo:
+    return next(q for q in jobs.store.list_queues(now) if q.queue == name)
+
+
+def _due(jobs: JobStoreUnderTest, queue: str, count: int, prefix: str | None = None) -> None:
+    for i in range(count):
+        jobs.store.schedule(f"{prefix or queue}{i}", i, queue=queue)
+
+
+def test_setters_answer_whether_they_changed_the_limit(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    assert s.set_queue_concurrency("q", None) is False  # no limit, no queue: nothing
+    assert s.set_queue_rate("q", None, None) is False
+    assert s.list_queues(NOW) == []
+    assert s.set_queue_concurrency("q", 3) is True
+    assert s.set_queue_concurrency("q", 3) is False
+    assert s.set_queue_rate("q", 10, 60_000) is True
+    assert s.set_queue_rate("q", 10, 60_000) is False
+    assert s.set_queue_rate("q", 10, 1_000) is True
+    assert s.list_queues(NOW) == [QueueInfo("q", 0, 0, 0, False, 3, 10, 1_000, 0)]
+    assert s.set_queue_concurrency("q", None) is True
+    assert s.set_queue_rate("q", None, None) is True
+    # The queue stays listed (it has a row, as a paused and resumed one does).
+    assert s.list_queues(NOW) == [QueueInfo("q", 0, 0, 0, False, None, None, None, None)]
+
+
+def test_concurrency_limit_counts_live_leases(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 2)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q0", "q1"]
+    assert s.lease("h", NOW, TTL) is None
+    info = _queue(jobs, "q")
+    assert (info.depth, info.due, info.leased, info.concurrency_limit) == (6, 4, 2, 2)
+
+    # Dispatched, released: the lease ended, its place is free at once.
+    assert s.mark_dispatched("q0", "h", "w").recorded
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q2"]
+    assert s.release("q1", "h", NOW + 50_000)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q3"]
+    assert s.lease("h", NOW, TTL) is None
+
+    # Cancelled: its dispatch may still be running, the lease still counts.
+    assert s.cancel("q2").value == "cancelled"
+    assert s.lease("h", NOW, TTL) is None
+    # Expired: free (q2 and q3 expire at NOW + TTL).
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["q3", "q4"]
+
+
+def test_a_renew_keeps_the_lease_counting(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 3)
+    s.set_queue_concurrency("q", 1)
+    leased = s.lease("h", NOW, TTL)
+    assert leased is not None and leased.run_id == "q0"
+    assert s.renew("q0", "h", NOW + 900, TTL, leased.lease_sequence)  # until NOW + 1900
+    assert s.lease("h", NOW + 1_500, TTL) is None
+    assert s.renew_many(["q0"], "h", NOW + 1_800, TTL) == [True]  # until NOW + 2800
+    assert s.lease("h", NOW + 2_500, TTL) is None
+    got = s.lease("h", NOW + 2_800, TTL)  # q0's lease is over: it comes first again
+    assert got is not None and got.run_id == "q0" and got.lease_sequence == 2
+
+
+def test_a_lease_from_before_the_limit_counts_from_its_renew(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 5)
+    taken = s.lease_many("h", NOW, TTL, 3)
+    assert _ids(taken) == ["q0", "q1", "q2"]
+    s.set_queue_concurrency("q", 2)
+    # The renews take the two free places; the third finds the queue full: its lease
+    # ends now (the holder must stop), as a lost lease's renew answers.
+    assert s.renew("q1", "h", NOW + 10, TTL) is True
+    assert s.renew_many(["q2", "q0"], "h", NOW + 10, TTL) == [False, True]
+    q2 = s.get("q2")
+    assert q2 is not None and q2.lease_until == NOW + 10
+    assert s.lease("h", NOW + 10, TTL) is None  # q0 and q1 hold both places
+    assert s.renew("q2", "h", NOW + 10, TTL) is False
+
+
+def test_lowering_the_limit_ends_no_lease(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 5)
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q0", "q1", "q2"]
+    assert s.set_queue_concurrency("q", 1) is True
+    assert s.renew_many(["q0", "q1", "q2"], "h", NOW + 10, TTL) == [True, True, True]
+    assert s.mark_dispatched("q1", "h", None).recorded
+    assert s.mark_dispatched("q2", "h", None).recorded
+    assert s.lease("h", NOW + 10, TTL) is None  # q0 still holds the one place
+    assert s.mark_dispatched("q0", "h", None).recorded
+    assert _ids(s.lease_many("h", NOW + 10, TTL, 10)) == ["q3"]
+    assert s.set_queue_concurrency("q", None) is True
+    assert _ids(s.lease_many("h", NOW + 10, TTL, 10)) == ["q4"]
+
+
+def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 8)
+    s.set_queue_rate("q", 2, 1_000)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q0", "q1"]
+    for run_id in ("q0", "q1"):
+        s.mark_dispatched(run_id, "h", None)
+    assert s.lease("h", NOW + 999, TTL) is None
+    assert _queue(jobs, "q", NOW + 999).rate_used == 2
+    assert _queue(jobs, "q", NOW + 1_000).rate_used == 0
+    got = s.lease("h", NOW + 1_000, TTL)
+    assert got is not None and got.run_id == "q2"
+    s.mark_dispatched("q2", "h", None)
+    assert _ids(s.lease_many("h", NOW + 1_500, TTL, 10)) == ["q3"]
+    s.mark_dispatched("q3", "h", None)
+    assert s.lease("h", NOW + 1_999, TTL) is None
+    assert _ids(s.lease_many("h", NOW + 2_000, TTL, 10)) == ["q4"]  # q2's use is a period old
+    assert _ids(s.lease_many("h", NOW + 2_500, TTL, 10)) == ["q5"]
+    # Raised: the new rows are free at once; lowered: the rows kept are counted.
+    s.set_queue_rate("q", 4, 1_000)
+    assert _ids(s.lease_many("h", NOW + 2_600, TTL, 10)) == ["q6", "q7"]
+    s.set_queue_rate("q", 1, 1_000)
+    assert _queue(jobs, "q", NOW + 2_600).rate_used == 1
+
+
+def test_both_limits_at_once(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 1)
+    s.set_queue_rate("q", 2, 1_000)
+    got = s.lease_many("h", NOW, TTL, 10)
+    assert _ids(got) == ["q0"]
+    s.mark_dispatched("q0", "h", None)
+    assert _ids(s.lease_many("h", NOW + 1, TTL, 10)) == ["q1"]
+    s.mark_dispatched("q1", "h", None)
+    assert s.lease("h", NOW + 2, TTL) is None  # the rate: two in this period
+    assert _ids(s.lease_many("h", NOW + 1_000, TTL, 10)) == ["q2"]
+    assert s.lease("h", NOW + 1_001, TTL) is None  # the concurrency: q2 runs
+
+
+def test_a_full_queue_is_passed_over(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    for i in range(3):
+        s.schedule(f"hot{i}", i, queue="hot", priority=9)
+        s.schedule(f"cold{i}", i, queue="cold")
+    s.set_queue_concurrency("hot", 1)
+    assert _ids(s.lease_many("h", NOW, TTL, 3)) == ["hot0", "cold0", "cold1"]
+    got = s.lease("h", NOW, TTL)  # hot is full: the lower-priority queue's job
+    assert got is not None and got.run_id == "cold2"
+    assert s.lease("h", NOW, TTL) is None
+    assert s.lease("h", NOW, TTL, queues=["hot"]) is None
+
+
+def test_a_job_failed_out_of_attempts_takes_no_place(jobs: JobStoreUnderTest) -> None:
+    s = jobs.store
+    s.schedule("a", 1, max_attempts=1, queue="q")
+    s.schedule("b", 2, queue="q")
+    s.set_queue_concurrency("q", 1)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["a"]
+    # a's lease expires: the next lease fails it instead of leasing it (the attempt
+    # counts against that call), and a holds no place.
+    assert s.lease_many("h", NOW + TTL, TTL, 1) == []
+    failed = s.get("a")
+    assert failed is not None and failed.failed
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("call", "param"),
+    [
+        (lambda s: s.set_queue_concurrency("", 1), "queue"),
+        (lambda s: s.set_queue_concurrency("x" * 1025, 1), "queue"),
+        (lambda s: s.set_queue_concurrency(None, 1), "queue"),
+        (lambda s: s.set_queue_concurrency("q", 0), "limit"),
+        (lambda s: s.set_queue_concurrency("q", -1), "limit"),
+        (lambda s: s.set_queue_concurrency("q", 10_001), "limit"),
+        (lambda s: s.set_queue_concurrency("q", "3"), "limit"),
+        (lambda s: s.set_queue_rate("", 1, 1), "queue"),
+        (lambda s: s.set_queue_rate("q", 0, 1_000), "limit"),
+        (lambda s: s.set_queue_rate("q", 10_001, 1_000), "limit"),
+        (lambda s: s.set_queue_rate("q", 5, None), "period_ms"),
+        (lambda s: s.set_queue_rate("q", None, 1_000), "period_ms"),
+        (lambda s: s.set_queue_rate("q", 5, 0), "period_ms"),
+        (lambda s: s.set_queue_rate("q", 5, 31_622_400_001), "period_ms"),
+        (lambda s: s.set_queue_rate("q", 5, 1.5), "period_ms"),
+    ],
+)
+def test_bad_limits_are_refused_and_change_nothing(
+    jobs: JobStoreUnderTest, call: object, param: str
+) -> None:
+    s = jobs.store
+    _due(jobs, "q", 3)
+    s.set_queue_concurrency("q", 2)
+    s.set_queue_rate("q", 7, 5_000)
+    s.lease("h", NOW, TTL)
+    before = (s.list_queues(NOW), jobs.state())
+    with pytest.raises(InvalidArgument, match=param):
+        call(s)  # type: ignore[operator]
+    assert (s.list_queues(NOW), jobs.state()) == before
+    # And the limits still hold as they were.
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q1"]
