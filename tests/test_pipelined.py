@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from pgstore import AsyncPgJobStore, InvalidArgument, PgJobStore
-from pgstore.postgres.pipelined import Pipeline
+from pgstore.postgres.pipelined import Pipeline, direct
 from pgstore.testing import PgBouncer
 
 CALLS = 200
@@ -221,6 +221,21 @@ def test_nothing_is_pipelined_behind_pgbouncer(
     got, pipeline = asyncio.run(main())
     assert pipeline is None
     assert [j.run_id if j else None for j in got] == [f"b{i}" for i in range(10)]
+
+
+def test_a_pooler_is_never_direct(
+    pgstore_pgbouncer: PgBouncer, pgstore_database: str
+) -> None:
+    """Behind PgBouncer, even one that keeps prepared statements (its verdict: prepare),
+    calls are not pipelined: ``direct`` tells the pooler from the server."""
+
+    async def main() -> tuple[bool, bool]:
+        bounced = await _connect(pgstore_pgbouncer.dsn_for(pgstore_database))
+        straight = await _connect(pgstore_database)
+        async with bounced, straight:
+            return await direct(bounced), await direct(straight)
+
+    assert asyncio.run(main()) == (False, True)
 
 
 @pytest.mark.parametrize("pipeline", [True, False])

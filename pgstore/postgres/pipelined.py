@@ -10,9 +10,9 @@ after the calls before it, in a transaction of its own (autocommit, as before), 
 its answer is read whenever the loop gets to it.
 
 Used by ``pgstore.postgres.runner_async`` for the store's own connection only when it
-is in autocommit and idle, and talks to PostgreSQL directly (its prepare verdict,
-``pgstore.postgres.preparing``; a pooler such as PgBouncer gets the calls one at a
-time, as before). While calls are out it holds the connection's ``lock``, so psycopg's
+is in autocommit and idle, prepares (``pgstore.postgres.preparing``) and reaches
+PostgreSQL itself (``direct``: a pooler such as PgBouncer, even one that keeps
+prepared statements, gets the calls one at a time, as before). While calls are out it holds the connection's ``lock``, so psycopg's
 own calls on it (anyone else's ``execute``) wait until they are answered; it then
 leaves pipeline mode and gives the connection back.
 
@@ -34,8 +34,9 @@ from psycopg import errors, pq
 from psycopg.adapt import PyFormat, Transformer
 
 from pgstore.postgres.call import Columns, Row
+from pgstore.postgres.preparing import BACKEND_PID
 
-__all__ = ["Pipeline", "can_pipeline"]
+__all__ = ["Pipeline", "can_pipeline", "direct"]
 
 _PLACEHOLDER = re.compile(rb"%%|%s|%b")
 _TEXT = 0
@@ -52,6 +53,17 @@ def can_pipeline(conn: psycopg.AsyncConnection[Any]) -> bool:
     transaction, and this libpq has pipeline mode."""
     return (conn.autocommit and not conn.closed
             and conn.pgconn.transaction_status == _IDLE and pq.version() >= 140000)
+
+
+async def direct(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` reaches PostgreSQL itself, with no pooler between (its backend is
+    the one it says it is connected to); asked once per connection, a round trip."""
+    try:
+        cur = await conn.execute(BACKEND_PID, prepare=False)
+        row = await cur.fetchone()
+    except psycopg.Error:
+        return False
+    return row is not None and row[0] == conn.info.backend_pid
 
 
 class _Statement:
