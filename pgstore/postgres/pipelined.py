@@ -12,12 +12,13 @@ its answer is read whenever the loop gets to it.
 Used by ``pgstore.postgres.runner_async`` for the store's own connection only when it
 is in autocommit and idle, prepares (``pgstore.postgres.preparing``) and reaches
 PostgreSQL itself (``direct``: a pooler such as PgBouncer, even one that keeps
-prepared statements, gets the calls one at a time, as before). While calls are out it holds the connection's ``lock``, so psycopg's
-own calls on it (anyone else's ``execute``) wait until they are answered; it then
-leaves pipeline mode and gives the connection back.
+prepared statements, gets the calls one at a time, as before). While calls are out
+it holds the connection's ``lock``, so psycopg's own calls on it (anyone else's
+``execute``) wait until they are answered; it then leaves pipeline mode and gives
+the connection back.
 
 Each statement is prepared once per connection and argument types (as psycopg's
-cursors prepare, named ``pgstore_N``; one that went missing, a ``DEALLOCATE`` by someone
+cursors prepare, named ``pgstore_pN``; one that went missing, a ``DEALLOCATE`` by someone
 else, is prepared again); psycopg's adapters dump the arguments and load the rows, with
 the same formats as its cursors (``%s``, ``%b``).
 """
@@ -25,6 +26,7 @@ the same formats as its cursors (``%s``, ``%b``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from collections import deque
 from typing import Any
@@ -38,6 +40,7 @@ from pgstore.postgres.preparing import BACKEND_PID
 
 __all__ = ["Pipeline", "can_pipeline", "direct"]
 
+_NAMES = itertools.count(1)
 _PLACEHOLDER = re.compile(rb"%%|%s|%b")
 _TEXT = 0
 _IDLE = pq.TransactionStatus.IDLE
@@ -111,7 +114,6 @@ class Pipeline:
         self._reader: asyncio.Task[None] | None = None
         #: The statements prepared on the connection, by query and argument types.
         self._prepared: dict[tuple[bytes, Any], bytes] = {}
-        self._names = 0
 
     @property
     def out(self) -> int:
@@ -154,8 +156,9 @@ class Pipeline:
         out = _Out(st, future)
         try:
             if name is None:
-                self._names += 1  # never reused: a name dropped may still exist
-                name = self._prepared[key] = b"pgstore_%d" % self._names
+                # Unique in the process: stores sharing a connection never collide, and
+                # a name dropped here may still exist there.
+                name = self._prepared[key] = b"pgstore_p%d" % next(_NAMES)
                 out.prepared = key
                 pgconn.send_prepare(name, st.query, tx.types)
             pgconn.send_query_prepared(name, params, tx.formats, _TEXT)
