@@ -373,13 +373,15 @@ def test_tasks_share_an_async_store_on_one_connection(
     pgstore_database: str, pgstore_schema: str
 ) -> None:
     """Tasks calling one asyncio store on one connection at once each read their own
-    answer (each takes a cursor of its own), and the cursors are kept for later."""
+    answer (each takes a cursor of its own), and the cursors are kept for later. (With
+    the calls pipelined, the default here, no cursor is used: tests/test_pipelined.py.)"""
 
     async def main() -> None:
         async with await psycopg.AsyncConnection.connect(
             pgstore_database, autocommit=True
         ) as conn:
             store = AsyncPgJobStore(conn, schema=pgstore_schema)
+            store._runner.pipeline = False
 
             async def work(n: int) -> None:
                 for i in range(10):

@@ -26,6 +26,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from pgstore.postgres.call import Call, Columns, Row
+from pgstore.postgres.pipelined import Pipeline, can_pipeline, direct
 from pgstore.postgres.preparing import probe_async
 from pgstore.postgres.rows import BY_POSITION
 from pgstore.postgres.runner_common import (
@@ -109,6 +110,11 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
             source, schema, psycopg.AsyncConnection, AsyncConnectionPool, owned_pool_async, prepare
         )
         self._lock = asyncio.Lock()
+        if True:  # ASYNC
+            #: Calls on the store's own connection are pipelined where they may be.
+            self.pipeline = True
+            self._pipeline: Pipeline | None = None
+            self._direct: bool | None = None  # the own connection reaches the server itself
 
     async def _open(self, pool: AsyncConnectionPool[Any]) -> None:
         """Open the pool the store owns, at its first call."""
@@ -140,6 +146,19 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
         if prepare is None:
             prepare = await self._prepares(conn)
         st = self._statement(call.function)
+        if True:  # ASYNC
+            # Straight to PostgreSQL (it prepares), in autocommit and idle: pipelined,
+            # sent at once behind the calls still out (pgstore.postgres.pipelined).
+            pipeline = self._pipeline
+            if pipeline is not None and pipeline.busy:  # its own calls are out
+                return await pipeline.run(st.query, call.args)
+            if prepare and self.pipeline and can_pipeline(conn):
+                if self._direct is None:  # asked once: no pooler between (not even one
+                    self._direct = await direct(conn)  # that keeps prepared statements)
+                if self._direct:
+                    if self._pipeline is None:
+                        self._pipeline = Pipeline(conn)
+                    return await self._pipeline.run(st.query, call.args)
         cursors = st.cursors
         try:
             cur: psycopg.AsyncCursor[Row] = cursors.pop()

@@ -271,8 +271,9 @@ class Runtime:
         return len(pieces)
 
     def _refill(self) -> int:
-        """How many slots must be free before a runtime whose running work filled its
-        concurrency claims again (it is woken then, not at the end of its poll)."""
+        """How many slots must be free for a runtime to claim again: after a claim it
+        claims again at once while as many are free, else it waits until the end of
+        enough runs frees them (it is woken then, not at the end of its poll)."""
         return 1
 
     def _ended(self, task: asyncio.Task[None]) -> None:
@@ -313,9 +314,11 @@ class Runtime:
                     self.log.exception("%s: claim failed; retrying after the poll interval",
                                        self.owner)
                     claimed = 0
-                if claimed == 0 or len(self._running) >= self.concurrency:
-                    # Full: the end of enough runs wakes it before the poll interval.
-                    self._saturated = len(self._running) >= self.concurrency
+                # It claims again at once while ``_refill()`` slots are free; with fewer
+                # (full), the end of enough runs wakes it before the poll interval.
+                full = self.concurrency - len(self._running) < self._refill()
+                if claimed == 0 or full:
+                    self._saturated = full
                     await self._idle(self.poll_interval)
                     self._saturated = False
             await self._shutdown()

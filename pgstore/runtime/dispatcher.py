@@ -223,19 +223,30 @@ class Dispatcher(Runtime):
         await super()._shutdown()
 
     def _refill(self) -> int:
-        """Full, it leases again once a batch's worth of slots is free (half of a
-        ``concurrency`` smaller than two batches): a burst is leased in batches."""
-        return max(1, min(self.batch_size, self.concurrency // 2))
+        """It leases again once a lease call's worth of slots is free (the size its next
+        call asks, at most half of ``concurrency``): a burst is leased in whole batches,
+        never in the slivers that single runs ending free; idle, one slot."""
+        return max(1, min(self._leaser.batch, self.concurrency // 2))
 
     async def _claim(self, free: int) -> list[Any]:
         """Lease up to ``free`` jobs (``pgstore.runtime.lease``): one run each."""
         anchor = time.monotonic()  # every lease below runs from no earlier than this
-        now = await self.now()
+        # Without a clock of its own the lease reads the store's (``now=None``) instead of
+        # a round trip for ``now_ms()`` first: the lease goes out at once, before the runs
+        # of the previous one take the loop (docs/performance.md, the overlap).
+        at = None if self._clock is None else self._clock()
         keepers = LeaseKeepers(self._renewals.keeper, anchor, self.lease_ms)
-        jobs = await self._leaser.lease(now, free)
-        if jobs and tracing.recording():  # checked once for the call's jobs
-            return [self._traced_run(job, now, keepers) for job in jobs]
-        return [self._run(job, now, keepers) for job in jobs]
+        jobs = await self._leaser.lease(at, free)
+        if not jobs:
+            return []
+        if at is not None:
+            times = [at] * len(jobs)
+        else:  # each job's lease time, read back from its lease's end
+            read = [self._leaser.leased_at(job) for job in jobs]
+            now = await self.now() if None in read else 0  # a store with no lease end
+            times = [now if t is None else t for t in read]
+        run = self._traced_run if tracing.recording() else self._run  # once for the call
+        return [run(job, t, keepers) for job, t in zip(jobs, times, strict=True)]
 
     async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
         """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""

@@ -40,23 +40,29 @@ class Leaser:
         #: ``batch_size`` while the calls come back full.
         self.batch = 1
 
-    async def lease(self, now: int, free: int) -> list[Job]:
-        """Lease up to ``free`` jobs at ``now``: calls of ``batch`` jobs, doubling while
-        they come back full (up to ``batch_size``), until ``free`` are leased or an
-        answer is short (then the next round starts again from one job)."""
+    async def lease(self, now: int | None, free: int) -> list[Job]:
+        """Lease up to ``free`` jobs at ``now`` (None: the store's clock, read by each
+        call): calls of ``batch`` jobs, doubling while they come back full (up to
+        ``batch_size``), until ``free`` are leased, an answer is short (then the next
+        round starts again from one job), or a call of ``batch_size`` jobs came back:
+        the runtime then starts its runs before the next call, which the connection
+        carries while they run (docs/performance.md, the overlap)."""
         host = self._host
         leased: list[Job] = []
         while free > 0:
             asked = min(free, self.batch)
             got = await self._call(now, asked)
             events = host.events_active
-            if events or log.isEnabledFor(logging.INFO):  # checked once for the call
+            if got and (events or log.isEnabledFor(logging.INFO)):  # once for the call
+                at = now if now is not None else self.leased_at(got[0])
+                if at is None:  # a store whose jobs carry no lease end
+                    at = await host.now()
                 for job in got:
                     log.info("%s: leased %s (due %s) until %s", host.owner, job.run_id,
                              job.dispatch_at, job.lease_until)
                     if events:
                         host.emit(Claim(runtime="dispatcher", owner=host.owner,
-                                        outcome="claimed", now=now, subject=job.run_id,
+                                        outcome="claimed", now=at, subject=job.run_id,
                                         token=job.lease_sequence, due_at=job.dispatch_at,
                                         lease_until=job.lease_until))
             leased.extend(got)
@@ -64,10 +70,18 @@ class Leaser:
                 self.batch = 1
                 break
             free -= asked
+            if asked == self.batch_size:
+                break
             self.batch = min(self.batch * 2, self.batch_size)
         return leased
 
-    async def _call(self, now: int, limit: int) -> list[Job]:
+    def leased_at(self, job: Job) -> int | None:
+        """When ``job`` was leased, by the store's clock: its lease's end less the lease
+        (one lease call's jobs share it); None for a store whose jobs carry no lease end."""
+        until = job.lease_until
+        return None if until is None else until - self._host.lease_ms
+
+    async def _call(self, now: int | None, limit: int) -> list[Job]:
         """One ``lease_many`` of up to ``limit`` jobs; ``lease`` itself for one job."""
         host = self._host
         if self.queues is None:
