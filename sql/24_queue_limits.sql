@@ -309,13 +309,14 @@ BEGIN
         v_slots := NULL;
         v_tokens := NULL;
         -- The rate first: a lease in a queue with both limits locks only as
-        -- many concurrency rows as it got rate rows.
+        -- many concurrency rows as it got rate rows. (The window's start in
+        -- numeric: one before the smallest bigint is no overflow.)
         IF v_rate IS NOT NULL THEN
             SELECT coalesce(array_agg(s.slot), '{}') INTO v_tokens
               FROM (SELECT s.slot
                       FROM queue_slots s
                      WHERE s.queue = v_queue AND s.kind = 'rate' AND s.slot <= v_rate
-                       AND (s.taken_at IS NULL OR s.taken_at <= p_now - v_period)
+                       AND (s.taken_at IS NULL OR s.taken_at::numeric <= p_now::numeric - v_period)
                      ORDER BY s.slot
                      LIMIT v_want
                        FOR UPDATE SKIP LOCKED) s;

@@ -145,6 +145,23 @@ def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None
     assert _queue(jobs, "q", NOW + 2_600).rate_used == 1
 
 
+def test_a_rate_window_reaching_below_the_smallest_bigint(jobs: JobStoreUnderTest) -> None:
+    # now - period is below -2^63 here: the listing and the lease still answer (the
+    # hostile-input suite found queue_list raising 22003 where the memory store did not).
+    s = jobs.store
+    low = -(2**63) + 500
+    s.schedule("a", -(2**63), queue="q")
+    s.schedule("b", -(2**63), queue="q")
+    s.set_queue_rate("q", 1, 1_000)
+    assert _queue(jobs, "q", low).rate_used == 0
+    assert _ids(s.lease_many("h", low, TTL, 10)) == ["a"]
+    s.mark_dispatched("a", "h", None)
+    assert _queue(jobs, "q", low).rate_used == 1
+    assert s.lease("h", low + 999, TTL) is None
+    got = s.lease("h", low + 1_000, TTL)
+    assert got is not None and got.run_id == "b"
+
+
 def test_both_limits_at_once(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     _due(jobs, "q", 6)

@@ -675,14 +675,15 @@ BEGIN
                    AND (q.queue <> 'default' OR q.priority <> 0)) AS j
          GROUP BY j.queue)
     -- rate_used: the queue's rate rows (sql/24_queue_limits.sql) taken in
-    -- the last period, what a lease could not take again yet.
+    -- the last period, what a lease could not take again yet (in numeric: a
+    -- window that starts before the smallest bigint is no overflow).
     SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
            coalesce(c.leased, 0), coalesce(s.paused, false),
            s.concurrency_limit, s.rate_limit, s.rate_period_ms,
            CASE WHEN s.rate_limit IS NOT NULL THEN
                (SELECT count(*) FROM queue_slots r
                  WHERE r.queue = s.queue AND r.kind = 'rate' AND r.slot <= s.rate_limit
-                   AND r.taken_at > v_now - s.rate_period_ms)
+                   AND r.taken_at::numeric > v_now::numeric - s.rate_period_ms)
            END
       FROM counts c
       FULL JOIN queues s ON s.queue = c.queue
@@ -949,13 +950,14 @@ BEGIN
         v_slots := NULL;
         v_tokens := NULL;
         -- The rate first: a lease in a queue with both limits locks only as
-        -- many concurrency rows as it got rate rows.
+        -- many concurrency rows as it got rate rows. (The window's start in
+        -- numeric: one before the smallest bigint is no overflow.)
         IF v_rate IS NOT NULL THEN
             SELECT coalesce(array_agg(s.slot), '{}') INTO v_tokens
               FROM (SELECT s.slot
                       FROM queue_slots s
                      WHERE s.queue = v_queue AND s.kind = 'rate' AND s.slot <= v_rate
-                       AND (s.taken_at IS NULL OR s.taken_at <= p_now - v_period)
+                       AND (s.taken_at IS NULL OR s.taken_at::numeric <= p_now::numeric - v_period)
                      ORDER BY s.slot
                      LIMIT v_want
                        FOR UPDATE SKIP LOCKED) s;
