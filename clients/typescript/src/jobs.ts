@@ -52,6 +52,8 @@ export const JOB_FUNCTIONS = [
   "queue_pause(text)",
   "queue_resume(text)",
   "queue_list(bigint)",
+  "queue_set_concurrency(text,integer)",
+  "queue_set_rate(text,integer,bigint)",
 ] as const;
 
 /**
@@ -132,6 +134,13 @@ export interface QueueInfo {
   leased: number;
   /** Paused (`pauseQueue`): none of its jobs is leased. */
   paused: boolean;
+  /** At most this many live leases at once (`setQueueConcurrency`); null: no limit. */
+  concurrencyLimit: number | null;
+  /** At most `rateLimit` leases in any window of `ratePeriodMs` (`setQueueRate`); null: none. */
+  rateLimit: number | null;
+  ratePeriodMs: number | null;
+  /** Leases in the last period at `now`, of `rateLimit`; null without a rate limit. */
+  rateUsed: number | null;
 }
 
 /** markDispatched's answer. */
@@ -588,7 +597,8 @@ export class PgJobStore implements IJobStore {
    */
   async listQueues(now?: number | null): Promise<QueueInfo[]> {
     const rows = await this.#run.rows(
-      "SELECT queue, depth, due, leased, paused FROM $schema.queue_list($1::bigint)",
+      "SELECT queue, depth, due, leased, paused, concurrency_limit, rate_limit, rate_period_ms," +
+        " rate_used FROM $schema.queue_list($1::bigint)",
       [optionalInt8("now", now)],
     );
     return rows.map((row) => ({
@@ -597,6 +607,38 @@ export class PgJobStore implements IJobStore {
       due: readNumber("due", row["due"]),
       leased: readNumber("leased", row["leased"]),
       paused: readBoolean("paused", row["paused"]),
+      concurrencyLimit: readOptionalNumber("concurrency_limit", row["concurrency_limit"]),
+      rateLimit: readOptionalNumber("rate_limit", row["rate_limit"]),
+      ratePeriodMs: readOptionalNumber("rate_period_ms", row["rate_period_ms"]),
+      rateUsed: readOptionalNumber("rate_used", row["rate_used"]),
     }));
+  }
+
+  /**
+   * Holds at most `limit` live leases of `queue`'s jobs at once, across every
+   * dispatcher (null: no limit). A lease counts until it expires or its job is
+   * dispatched, released or failed; a renew keeps it counting. True: changed;
+   * false: it was so already. 22023: a limit outside 1..10000. SQL: `queue_set_concurrency`
+   */
+  async setQueueConcurrency(queue: string, limit: number | null): Promise<boolean> {
+    const row = await this.#run.row(
+      "SELECT $schema.queue_set_concurrency($1::text, $2::integer) AS ok",
+      [text("queue", queue), optionalInt4("limit", limit)],
+    );
+    return readBoolean("queue_set_concurrency", row?.["ok"]);
+  }
+
+  /**
+   * Leases at most `limit` of `queue`'s jobs in any window of `periodMs` (both
+   * null: no rate limit). True: changed; false: it was so already. 22023: one null
+   * and not the other, a limit outside 1..10000 or a period outside 1 ms..366 days.
+   * SQL: `queue_set_rate`
+   */
+  async setQueueRate(queue: string, limit: number | null, periodMs: number | bigint | null): Promise<boolean> {
+    const row = await this.#run.row(
+      "SELECT $schema.queue_set_rate($1::text, $2::integer, $3::bigint) AS ok",
+      [text("queue", queue), optionalInt4("limit", limit), optionalInt8("period_ms", periodMs)],
+    );
+    return readBoolean("queue_set_rate", row?.["ok"]);
   }
 }

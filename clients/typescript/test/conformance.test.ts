@@ -87,6 +87,8 @@ const JOB_CALLS: Record<string, Call<PgJobStore>> = {
   pause_queue: (s, a) => s.pauseQueue(a["queue"]),
   resume_queue: (s, a) => s.resumeQueue(a["queue"]),
   list_queues: (s, a) => s.listQueues(a["now"]),
+  set_queue_concurrency: (s, a) => s.setQueueConcurrency(a["queue"], a["limit"]),
+  set_queue_rate: (s, a) => s.setQueueRate(a["queue"], a["limit"], a["period_ms"]),
 };
 
 function patch(p: Record<string, any>): CompletePatch {

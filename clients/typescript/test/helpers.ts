@@ -32,10 +32,10 @@ export function pool(url: string = DSN, max = 4): pg.Pool {
   return new pg.Pool({ connectionString: url, max, application_name: "pgstore-ts-test" });
 }
 
-/** Empties the store's tables (fences and paused queues too) as a fresh schema has them. */
+/** Empties the store's tables (fences, paused queues and queue limits too) as a fresh schema has them. */
 export async function reset(owner: pg.Pool): Promise<void> {
   await owner.query(
-    `TRUNCATE ${Q}.jobs, ${Q}.queues, ${Q}.schedules, ${Q}.schedule_fences;` +
+    `TRUNCATE ${Q}.jobs, ${Q}.queues, ${Q}.queue_slots, ${Q}.schedules, ${Q}.schedule_fences;` +
       ` UPDATE ${Q}.job_fences SET lease_sequence = 0`,
   );
 }
