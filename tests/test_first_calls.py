@@ -156,30 +156,22 @@ def _check(answers: list[Any], expected: list[Any], source: str, trial: int) -> 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("route", ["bouncer", "direct"])
-def test_concurrent_first_calls_of_asyncio_tasks(
+@pytest.mark.parametrize("callers", ["tasks", "threads"])
+def test_concurrent_first_calls_on_a_fresh_store(
     request: pytest.FixtureRequest, pgstore_database: str, pgstore_schema: str,
-    route: str, source: str,
+    callers: str, route: str, source: str,
 ) -> None:
+    """The batch at once from asyncio tasks (an asyncio store) or threads (a sync one),
+    ``TRIALS`` times, each on a fresh store; then every write of every trial is there."""
     dsn = _dsn(route, request, pgstore_database)
     _seed(pgstore_database, pgstore_schema)
     expected = _sequential(pgstore_database, pgstore_schema)
+    tag = "a" if callers == "tasks" else "s"
     for trial in range(TRIALS):
-        answers = asyncio.run(_async_batch(dsn, pgstore_schema, source, trial))
+        if callers == "tasks":
+            answers = asyncio.run(_async_batch(dsn, pgstore_schema, source, trial))
+        else:
+            answers = _sync_batch(dsn, pgstore_schema, source, trial)
         _check(answers, expected, source, trial)
     with PgJobStore(pgstore_database, schema=pgstore_schema) as jobs:  # every write landed
-        assert all(jobs.get(f"a{t}{x}") is not None for t in range(TRIALS) for x in "ab")
-
-
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("route", ["bouncer", "direct"])
-def test_concurrent_first_calls_of_threads(
-    request: pytest.FixtureRequest, pgstore_database: str, pgstore_schema: str,
-    route: str, source: str,
-) -> None:
-    dsn = _dsn(route, request, pgstore_database)
-    _seed(pgstore_database, pgstore_schema)
-    expected = _sequential(pgstore_database, pgstore_schema)
-    for trial in range(TRIALS):
-        _check(_sync_batch(dsn, pgstore_schema, source, trial), expected, source, trial)
-    with PgJobStore(pgstore_database, schema=pgstore_schema) as jobs:
-        assert all(jobs.get(f"s{t}{x}") is not None for t in range(TRIALS) for x in "ab")
+        assert all(jobs.get(f"{tag}{t}{x}") is not None for t in range(TRIALS) for x in "ab")
