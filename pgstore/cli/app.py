@@ -20,8 +20,8 @@ app's module is imported, say) is kept, and they are not started at all; one
 after they start (while the store starts, before the first claim) stops them
 gracefully at once; one while the stores close is kept. Either way the exit
 status is 0. Only a signal before that first line (the interpreter starting and
-importing pgstore, about half a second) meets Python's default: SIGTERM ends the
-process (-15), SIGINT raises KeyboardInterrupt (status 130).
+importing pgstore, 0.2 to 0.5 s on the test machine) meets Python's default:
+SIGTERM ends the process (-15), SIGINT raises KeyboardInterrupt (status 130).
 
 Several targets (a Scheduler and a Dispatcher, say) run side by side on one
 loop: one SIGTERM or SIGINT stops them all, and when one of them fails the
