@@ -486,12 +486,9 @@ def test_only_the_process_told_reads_the_store_gauges(
                                   log_path.read_text())
                 if found:
                     page = scrape(found[1])
-                    # The exporter: its gauges read. The run: a claim round done, so
-                    # its runtime has taken SIGTERM (it does so before its first
-                    # round; a SIGTERM before that meets Python's default handler).
-                    ready = (("pgstore_jobs", (("state", "failed"),)) if gauges else
-                             ("pgstore_claim_rounds_empty_total", (("runtime", "dispatcher"),)))
-                    if ready in page:
+                    # The run: signalled as soon as its page answers, perhaps before
+                    # its runtime started (a graceful stop all the same).
+                    if not gauges or ("pgstore_jobs", (("state", "failed"),)) in page:
                         break
                 time.sleep(0.1)
             proc.send_signal(signal.SIGTERM)

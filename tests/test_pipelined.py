@@ -206,14 +206,14 @@ def test_nothing_is_pipelined_behind_pgbouncer(
     pgstore_pgbouncer: PgBouncer, pgstore_database: str, pgstore_schema: str
 ) -> None:
     """Behind transaction pooling (the prepare verdict says so) calls go one at a time,
-    as before, and are answered."""
+    as before, and are answered, the first ones too, made at once on a fresh store
+    (they wait for one probe: tests/test_first_calls.py)."""
     bounced = pgstore_pgbouncer.dsn_for(pgstore_database)
 
     async def main() -> tuple[list[Any], Pipeline | None]:
         conn = await _connect(bounced)
         async with conn:
             store = AsyncPgJobStore(conn, schema=pgstore_schema)
-            await store.schedule("warm", 1)  # the verdict first: its probe is not shared
             await asyncio.gather(*(store.schedule(f"b{i}", 1) for i in range(10)))
             got = await asyncio.gather(*(store.get(f"b{i}") for i in range(10)))
             return got, _pipeline(store)

@@ -25,7 +25,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from pgstore import AsyncPgJobStore, InvalidArgument, PgJobStore, PgScheduleStore
-from pgstore.postgres import runner
+from pgstore.postgres import preparing
 from pgstore.postgres.preparing import pooler_probe, probe, verdict
 from pgstore.testing import PgBouncer, TestServer, pgbouncer_binary, start_pgbouncer
 
@@ -99,7 +99,7 @@ def test_the_default_prepares_on_an_owned_pool_and_asks_each_connection_once(
         asked.append(id(conn))
         return probe(conn)
 
-    monkeypatch.setattr(runner, "probe", counted)
+    monkeypatch.setattr(preparing, "probe", counted)
     store = PgJobStore(pgstore_database, schema=pgstore_schema)
     try:
         for i in range(12):

@@ -31,7 +31,7 @@ from pgstore import (
     StoreStats,
 )
 from pgstore.errors import PgStoreError
-from pgstore.postgres import job_calls, runner
+from pgstore.postgres import job_calls, preparing, runner
 from pgstore.postgres import rows as _rows
 from pgstore.postgres.call import Function
 from pgstore.postgres.preparing import probe
@@ -258,7 +258,7 @@ def test_the_store_asks_its_connection_once(
         asked.append(conn)
         return probe(conn)
 
-    monkeypatch.setattr(runner, "probe", counted)
+    monkeypatch.setattr(preparing, "probe", counted)
     with psycopg.connect(pgstore_database, autocommit=True) as conn:
         store = PgJobStore(conn, schema=pgstore_schema)
         for i in range(5):

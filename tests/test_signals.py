@@ -180,3 +180,50 @@ def test_outside_the_main_thread_the_default_takes_no_signal() -> None:
     thread.join(WAIT)
     assert not thread.is_alive() and errors == []
     assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def _waiting_on_a_lock(dsn: str) -> bool:
+    conn: psycopg.Connection[Any]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'").fetchone()
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_a_signal_while_a_runtime_starts_stops_them_all_gracefully(
+    app: Callable[..., _App], pgstore_database: str, pgstore_schema: str, trial: int
+) -> None:
+    """SIGTERM while the scheduler is still starting (registering its task waits on a
+    lock held on the schedules table), the dispatcher beside it perhaps claiming
+    already: ``run()`` takes the signal at its first step, before its store starts, so
+    both hear it; once the lock goes, the scheduler claims nothing, both ``run()``
+    calls return and the process exits 0, nothing left held. (Before, the signal met
+    Python's default, or only the dispatcher, which had taken it, stopped.)"""
+    dsn, schema = pgstore_database, pgstore_schema
+    with psycopg.connect(dsn) as locker:
+        locker.execute(sql.SQL("LOCK TABLE {}.schedules IN ACCESS EXCLUSIVE MODE").format(
+            sql.Identifier(schema)))
+        proc = app("default")
+        deadline = time.monotonic() + WAIT
+        while not _waiting_on_a_lock(dsn):
+            if proc.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the scheduler never waited on the lock:\n{proc.output()}")
+            time.sleep(0.01)
+        proc.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)  # handled meanwhile, if it was taken
+        locker.rollback()
+    try:
+        status = proc.proc.wait(timeout=WAIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {WAIT} s after SIGTERM:\n{proc.output()}")
+    assert status == 0, proc.output()
+    assert proc.out_path.read_text() == "stopped\n", proc.output()
+    assert ("run-started", "slow:1") not in _marks(dsn, schema)  # never claimed
+    with PgScheduleStore(dsn, schema=schema) as schedules:
+        record = schedules.get("slow")
+    assert record is not None and record.lease_owner is None
+    with PgJobStore(dsn, schema=schema) as jobs:
+        job = jobs.get(RUN_ID)
+    assert job is not None and (job.lease_holder is None or job.dispatched)

@@ -67,6 +67,7 @@ NAMES = {
     "_reconnect_again_async": "_reconnect_again",
     "owned_pool_async": "owned_pool",
     "probe_async": "probe",
+    "verdict_for_async": "verdict_for",
 }
 
 #: Modules renamed in code only (``asyncio.Lock`` is ``threading.Lock``); in prose

@@ -7,15 +7,25 @@ Dispatcher, log, and run them in one process (one event loop).
 or a zero-argument callable returning one (a factory, called once). Anything
 else is an ``AppError`` whose message is one line.
 
-The runtime runs until SIGTERM or SIGINT (``Runtime.run(handle_signals=True)``,
-what ``run_sync()`` does): it stops claiming, gives running work its grace
-period, and abandons the rest (their leases expire). Then the runtime's store
-is closed (only a pool the store opened itself; borrowed connections and pools
-stay open) in the same event loop, which an asyncio store's pool needs.
+The runtime runs until SIGTERM or SIGINT: it stops claiming, gives running work
+its grace period, and abandons the rest (their leases expire). Then the
+runtime's store is closed (only a pool the store opened itself; borrowed
+connections and pools stay open) in the same event loop, which an asyncio
+store's pool needs.
+
+The command owns both signals from its first line to its last (``StopSignals``,
+installed before the app's module is imported), not the runtimes
+(``run(handle_signals=False)``): a signal before the runtimes start (while the
+app's module is imported, say) is kept, and they are not started at all; one
+after they start (while the store starts, before the first claim) stops them
+gracefully at once; one while the stores close is kept. Either way the exit
+status is 0. Only a signal before that first line (the interpreter starting and
+importing pgstore, 0.2 to 0.5 s on the test machine) meets Python's default:
+SIGTERM ends the process (-15), SIGINT raises KeyboardInterrupt (status 130).
 
 Several targets (a Scheduler and a Dispatcher, say) run side by side on one
-loop: one SIGTERM or SIGINT stops them all (``pgstore.runtime.signals``), and
-when one of them fails the others are stopped too.
+loop: one SIGTERM or SIGINT stops them all, and when one of them fails the
+others are stopped too.
 
 With ``metrics_port`` (``--metrics-port N``), the runtimes' events are counted
 (``pgstore.runtime.metrics``) into the default Prometheus registry, served at
@@ -34,15 +44,18 @@ closed first, then the stores, so a late scrape never meets a closed pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import inspect
 import logging
 import os
+import signal
+import socket
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +64,8 @@ from pgstore.errors import PgStoreError
 from pgstore.runtime.dispatcher import Dispatcher
 from pgstore.runtime.scheduler import Scheduler
 
-__all__ = ["LOG_FORMAT", "AppError", "MetricsOptions", "load_runtime", "logging_to_stderr",
-           "serve", "serve_gauges"]
+__all__ = ["LOG_FORMAT", "AppError", "MetricsOptions", "StopSignals", "load_runtime",
+           "logging_to_stderr", "serve", "serve_gauges"]
 
 #: The interval of the store's gauges when ``--stats-interval`` is not given.
 STATS_INTERVAL = 15.0
@@ -74,6 +87,85 @@ AppRuntime = Scheduler | Dispatcher
 
 class AppError(PgStoreError):
     """``MODULE:OBJECT`` does not name a runtime; the message says why, on one line."""
+
+
+#: The signals that stop ``pgstore run`` gracefully (taken in this order: SIGTERM's
+#: handler in says both are).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT for the whole of one ``pgstore run``, in the main thread.
+
+    ``install()`` (the command's first step) makes each signal a note (``received``,
+    the first one) instead of Python's default, which would end the process (SIGTERM)
+    or raise KeyboardInterrupt anywhere (SIGINT). While the runtimes' loop runs,
+    ``attach(loop, stop)`` also has each signal call ``stop(signum)`` on that loop (a
+    signal noted before: at once), and wakes the loop whichever thread the signal
+    reached (``signal.set_wakeup_fd``, as ``loop.add_signal_handler`` does); ``detach()``
+    ends that before the loop closes. The handler stays the same throughout, so there
+    is no moment with Python's default in between. ``restore()`` puts back the
+    handlers found."""
+
+    def __init__(self) -> None:
+        #: The first signal received, None before one.
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._target: tuple[asyncio.AbstractEventLoop, Callable[[int], None]] | None = None
+        self._wakeup: tuple[asyncio.AbstractEventLoop, socket.socket, socket.socket, int] | None
+        self._wakeup = None
+
+    def _note(self, signum: int, frame: object = None) -> None:
+        if self.received is None:
+            self.received = signum
+        target = self._target  # one read: detach() may clear it at any point
+        if target is not None:
+            target[0].call_soon_threadsafe(target[1], signum)
+
+    def install(self) -> StopSignals:
+        """Take both signals (the main thread only); returns itself."""
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def attach(self, loop: asyncio.AbstractEventLoop, stop: Callable[[int], None]) -> None:
+        """From now on each signal calls ``stop(signum)`` on ``loop`` (running, in this
+        thread); one noted before is handed over at once, after what is queued."""
+        rsock, wsock = socket.socketpair()
+        rsock.setblocking(False)
+        wsock.setblocking(False)
+        previous_fd = signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+        self._wakeup = (loop, rsock, wsock, previous_fd)
+
+        def drain() -> None:  # the wakeup bytes; the handler itself runs on its own
+            with contextlib.suppress(OSError):
+                while rsock.recv(512):
+                    pass
+
+        loop.add_reader(rsock.fileno(), drain)
+        self._target = (loop, stop)
+        if self.received is not None:
+            loop.call_soon(stop, self.received)
+
+    def detach(self) -> None:
+        """Signals are notes again (the loop is about to close)."""
+        self._target = None
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is None:
+            return
+        loop, rsock, wsock, previous_fd = wakeup
+        signal.set_wakeup_fd(previous_fd)
+        if not loop.is_closed():
+            loop.remove_reader(rsock.fileno())
+        rsock.close()
+        wsock.close()
+
+    def restore(self) -> None:
+        """Put back the handlers ``install()`` found."""
+        self.detach()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
 
 def _dotted(text: str) -> bool:
@@ -280,45 +372,81 @@ def _gauge_source(runtimes: list[AppRuntime]) -> tuple[str, str]:
     raise AppError("--store-gauges needs a runtime on a PostgreSQL store (none has one)")
 
 
-async def _run_then_close(runtimes: list[AppRuntime], metrics: _Metrics | None) -> None:
-    signals = threading.current_thread() is threading.main_thread()
-    tasks = [asyncio.create_task(r.run(handle_signals=signals)) for r in runtimes]
+async def _run_then_close(runtimes: list[AppRuntime], metrics: _Metrics | None,
+                          signals: StopSignals) -> None:
+    if signals.received is not None:  # before the loop: nothing is started
+        log.info("%s before the runtimes started: not starting them",
+                 signal.Signals(signals.received).name)
+        runtimes_run: list[AppRuntime] = []
+    else:
+        runtimes_run = runtimes
+    # The command has the signals (StopSignals), not the runtimes: each binds to the
+    # loop at its first step, queued here before any signal's stop.
+    tasks = [asyncio.create_task(r.run(handle_signals=False)) for r in runtimes_run]
+    said: list[int] = []
+
+    def stop(signum: int) -> None:
+        if not said:
+            said.append(signum)
+            log.info("%s: stopping", signal.Signals(signum).name)
+        for runtime in runtimes_run:
+            runtime.stop()
+
+    signals.attach(asyncio.get_running_loop(), stop)
     try:
-        # One failing stops the others (gracefully); the first failure is raised.
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        if any(not t.cancelled() and t.exception() is not None for t in done):
-            for runtime in runtimes:
-                runtime.stop()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        if tasks:
+            # One failing stops the others (gracefully); the first failure is raised.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            if any(not t.cancelled() and t.exception() is not None for t in done):
+                for runtime in runtimes:
+                    runtime.stop()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
     finally:
         # The metrics first: a scrape (or a read) after the store's close would meet a
         # closed pool.
-        if metrics is not None:
-            await asyncio.to_thread(metrics.close)
-        closed: set[int] = set()
-        for runtime in runtimes:
-            if id(runtime.store) not in closed:
-                closed.add(id(runtime.store))
-                await _close(runtime.store)
+        try:
+            if metrics is not None:
+                await asyncio.to_thread(metrics.close)
+            closed: set[int] = set()
+            for runtime in runtimes:
+                if id(runtime.store) not in closed:
+                    closed.add(id(runtime.store))
+                    await _close(runtime.store)
+        finally:
+            signals.detach()  # notes again, before the loop closes
 
 
 def serve(runtimes: AppRuntime | list[AppRuntime], target: str,
-          metrics: MetricsOptions | None = None) -> None:
+          metrics: MetricsOptions | None = None, signals: StopSignals | None = None) -> None:
     """Run ``runtimes`` (one, or several side by side on one loop) until SIGTERM /
     SIGINT, then close their stores; with ``metrics``, serve their Prometheus metrics
-    meanwhile (and the store's gauges with ``metrics.store_gauges``)."""
+    meanwhile (and the store's gauges with ``metrics.store_gauges``).
+
+    ``signals``: the ``StopSignals`` the command installed at its start (a signal it
+    noted already: the runtimes are not started, their stores closed); None: installed
+    here, for the time of the call (the main thread only)."""
     listed = runtimes if isinstance(runtimes, list) else [runtimes]
-    for runtime in listed:
-        log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime), target)
-    served = None if metrics is None else _Metrics(listed, metrics)
+    own = signals is None
+    taken = StopSignals().install() if signals is None else signals
     try:
-        asyncio.run(_run_then_close(listed, served))
+        served = None
+        if taken.received is None:
+            for runtime in listed:
+                log.info("running %s from %s until SIGTERM or SIGINT", _describe(runtime),
+                         target)
+            if metrics is not None:
+                served = _Metrics(listed, metrics)
+        try:
+            asyncio.run(_run_then_close(listed, served, taken))
+        finally:
+            if served is not None:
+                served.close()
     finally:
-        if served is not None:
-            served.close()
+        if own:
+            taken.restore()
     if any(runtime.abandoned for runtime in listed):
         log.warning("stopped; work that outlived the grace period was abandoned")
     else:

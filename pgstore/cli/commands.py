@@ -793,15 +793,23 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pgstore.cli.app import MetricsOptions, load_runtime, logging_to_stderr, serve
+    from pgstore.cli.app import StopSignals
 
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval,
-                                 args.store_gauges)
-    with logging_to_stderr(args.log_level):
-        runtimes = [load_runtime(target) for target in args.targets]
-        serve(runtimes, " and ".join(args.targets), metrics)
+    # First: from here a SIGTERM or SIGINT is a graceful stop, whenever it comes
+    # (while the app's module is imported, the store starts...): pgstore.cli.app.
+    signals = StopSignals().install()
+    try:
+        from pgstore.cli.app import MetricsOptions, load_runtime, logging_to_stderr, serve
+
+        metrics = None
+        if args.metrics_port is not None:
+            metrics = MetricsOptions(args.metrics_port, args.metrics_addr, args.stats_interval,
+                                     args.store_gauges)
+        with logging_to_stderr(args.log_level):
+            runtimes = [load_runtime(target) for target in args.targets]
+            serve(runtimes, " and ".join(args.targets), metrics, signals)
+    finally:
+        signals.restore()
     return 0
 
 
@@ -1323,7 +1331,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Several MODULE:OBJECT (a Scheduler and a Dispatcher) run side by side in this "
             "one process; one failing stops the others. "
             "SIGTERM or SIGINT stops claiming; running work gets the runtime's grace "
-            "period, then the store is closed and the exit status is 0. Claims, runs, "
+            "period, then the store is closed and the exit status is 0 (a signal before "
+            "the runtimes start, even while MODULE is imported: none starts). Claims, runs, "
             "completions, leases, dispatches, recalls, releases and lost leases are logged "
             "to stderr, one line each with a UTC timestamp. The object carries its store: "
             "no --dsn or --schema here."

@@ -29,12 +29,27 @@ prepare and the run, and no transaction block that statement pooling would
 refuse; in a savepoint inside the caller's own transaction, which a failed
 probe leaves as it was) that reads the name under which the server holds that
 very statement, and deallocates it before the Sync if it is psycopg's name.
+
+A connection is probed once, whichever stores and tasks (or threads) share it:
+``verdict_for`` keeps the verdict per connection, and while one caller probes, the
+others wait for its verdict (a lock per connection) rather than probe beside it. Two
+probes at once on one connection would share psycopg's pipeline and transaction state
+(one's Sync or rollback in the middle of the other's pipeline: "another command is
+already in progress", a savepoint outside any transaction), and a probe's rollback on
+a connection with autocommit off would take back a call made meanwhile by a store that
+already had its verdict. No store call on the connection runs while it is probed: each
+needs the verdict first (but a store built with ``prepare=True`` or ``False``, which
+never asks).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
-from typing import Any
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -44,6 +59,15 @@ PSYCOPG_PREFIX = "_pg3_"
 
 #: The first question, never prepared: the server's process id.
 BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
+
+_LockT = TypeVar("_LockT")
+
+#: Each connection's verdict, once known, for as long as it lives (``verdict_for``).
+_verdicts: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+#: The lock a connection's probe holds: a ``threading.Lock`` for a sync connection, an
+#: ``asyncio.Lock`` for an asyncio one; made once, under ``_making``.
+_probing: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_making = threading.Lock()
 
 
 def pooler_probe(nonce: str) -> tuple[str, str]:
@@ -137,3 +161,45 @@ async def probe_async(conn: psycopg.AsyncConnection[Any]) -> bool | None:
     except psycopg.Error:
         return None if conn.closed else False
     return verdict(conn.info.backend_pid, row)
+
+
+def _lock(conn: object, make: Callable[[], _LockT]) -> _LockT:
+    """The lock of ``conn``'s probe, made by ``make`` at its first use."""
+    lock = _probing.get(conn)
+    if lock is None:
+        with _making:
+            lock = _probing.get(conn)
+            if lock is None:
+                lock = _probing[conn] = make()
+    return cast(_LockT, lock)
+
+
+def verdict_for(conn: psycopg.Connection[Any]) -> bool | None:
+    """``conn``'s verdict: the one kept, else ``probe``'s, one probe at a time per
+    connection (a thread that finds one running waits for its verdict). None as
+    ``probe`` says (not kept: asked again at the next call)."""
+    found = _verdicts.get(conn)
+    if found is not None:
+        return found
+    with _lock(conn, threading.Lock):
+        found = _verdicts.get(conn)
+        if found is None:
+            found = probe(conn)
+            if found is not None:
+                _verdicts[conn] = found
+    return found
+
+
+async def verdict_for_async(conn: psycopg.AsyncConnection[Any]) -> bool | None:
+    """``verdict_for`` for an asyncio connection: a task that finds a probe running on
+    ``conn`` waits for its verdict."""
+    found = _verdicts.get(conn)
+    if found is not None:
+        return found
+    async with _lock(conn, asyncio.Lock):
+        found = _verdicts.get(conn)
+        if found is None:
+            found = await probe_async(conn)
+            if found is not None:
+                _verdicts[conn] = found
+    return found

@@ -28,7 +28,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from pgstore.postgres.call import Call, Columns, Row
-from pgstore.postgres.preparing import probe
+from pgstore.postgres.preparing import verdict_for
 from pgstore.postgres.rows import BY_POSITION
 from pgstore.postgres.runner_async import AsyncRunner, AsyncSource, owned_pool_async
 from pgstore.postgres.runner_common import (
@@ -125,13 +125,15 @@ class SyncRunner(_Runner["psycopg.Connection[Any]", "ConnectionPool[Any]"]):
 
     def _prepares(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether calls on ``conn`` are sent prepared: ``prepare``, or the connection's
-        verdict (asked at its first call, kept as long as the connection lives)."""
+        verdict (asked at its first call, kept as long as the connection lives; calls
+        made at once on a connection not asked yet wait for one probe,
+        ``pgstore.postgres.preparing``)."""
         if self.prepare is not None:
             return self.prepare
         known = self._verdicts.get(conn)
         if known is not None:
             return known
-        verdict = probe(conn)
+        verdict = verdict_for(conn)
         if verdict is None:
             return False
         self._known(conn, verdict)

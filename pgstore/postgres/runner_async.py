@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgstore.postgres.call import Call, Columns, Row
 from pgstore.postgres.pipelined import Pipeline, can_pipeline, direct
-from pgstore.postgres.preparing import probe_async
+from pgstore.postgres.preparing import verdict_for_async
 from pgstore.postgres.rows import BY_POSITION
 from pgstore.postgres.runner_common import (
     KEEP_CURSOR_ROWS,
@@ -115,6 +115,7 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
             self.pipeline = True
             self._pipeline: Pipeline | None = None
             self._direct: bool | None = None  # the own connection reaches the server itself
+            self._asking_direct = asyncio.Lock()  # one task asks it; the others wait
 
     async def _open(self, pool: AsyncConnectionPool[Any]) -> None:
         """Open the pool the store owns, at its first call."""
@@ -125,13 +126,15 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
 
     async def _prepares(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Whether calls on ``conn`` are sent prepared: ``prepare``, or the connection's
-        verdict (asked at its first call, kept as long as the connection lives)."""
+        verdict (asked at its first call, kept as long as the connection lives; calls
+        made at once on a connection not asked yet wait for one probe,
+        ``pgstore.postgres.preparing``)."""
         if self.prepare is not None:
             return self.prepare
         known = self._verdicts.get(conn)
         if known is not None:
             return known
-        verdict = await probe_async(conn)
+        verdict = await verdict_for_async(conn)
         if verdict is None:
             return False
         self._known(conn, verdict)
@@ -154,7 +157,9 @@ class AsyncRunner(_Runner["psycopg.AsyncConnection[Any]", "AsyncConnectionPool[A
                 return await pipeline.run(st.query, call.args)
             if prepare and self.pipeline and can_pipeline(conn):
                 if self._direct is None:  # asked once: no pooler between (not even one
-                    self._direct = await direct(conn)  # that keeps prepared statements)
+                    async with self._asking_direct:  # that keeps prepared statements)
+                        if self._direct is None:
+                            self._direct = await direct(conn)
                 if self._direct:
                     if self._pipeline is None:
                         self._pipeline = Pipeline(conn)

@@ -211,12 +211,21 @@ class Runtime:
         the runtime claims nothing); any other error (``SchemaNotReady``,
         ``InvalidArgument``...) is raised at once.
         """
-        loop = asyncio.get_running_loop()
+        self._bind(asyncio.get_running_loop())
+        await self._start_bound()
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to ``loop``: from here on ``stop()`` is heard (a stopped runtime, or one
+        of another loop, gets a fresh stop event)."""
         if self._loop is not loop or self.stopping:
             self._loop = loop
             self._stopping = asyncio.Event()
             self._wake = asyncio.Event()
             self._abandoned = False
+
+    async def _start_bound(self) -> None:
+        """``start()`` once bound: the thread pool, then the store, retried until it
+        starts or ``stop()`` is called."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 max_workers=self.concurrency, thread_name_prefix=f"pgstore-{self.owner}"
@@ -302,11 +311,17 @@ class Runtime:
         takes both, replacing any handler, and raises where the loop cannot. Runtimes
         run together on one loop (``asyncio.gather``) all stop on one signal. The
         handlers are removed when ``run()`` returns.
+
+        ``stop()`` and the signals are heard from ``run()``'s first step on, before the
+        store is started (``start()``, which retries a store that cannot be reached
+        until it starts or is stopped): stopped while starting, it claims nothing and
+        returns.
         """
-        await self.start()
         loop = asyncio.get_running_loop()
+        self._bind(loop)
         taken = _signals.take(loop, self.stop, handle_signals)
         try:
+            await self._start_bound()
             while not self.stopping:
                 try:
                     claimed = await self.tick()
@@ -336,7 +351,8 @@ class Runtime:
     def stop(self) -> None:
         """Begin a graceful stop: ``run()`` claims nothing more, gives running work the
         grace period, and returns. Safe from any thread (and from a signal handler);
-        a no-op before ``start()`` and when already stopping."""
+        a no-op before ``run()`` or ``start()`` binds the runtime to its loop (``run()``
+        does so at its first step) and when already stopping."""
         loop, stopping = self._loop, self._stopping
         if loop is None or stopping is None:
             return
