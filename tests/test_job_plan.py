@@ -20,7 +20,12 @@ so these tests follow the function if its body changes. They prove that:
   lease, cancelled, dispatched and future jobs, then answers nothing;
 * a whole ``job_lease`` call past 5,000 future jobs of a higher priority and
   beside a second queue reads fewer than 100 shared buffers and leases the due
-  job of the highest priority.
+  job of the highest priority;
+* the probe of ``job_lease`` and ``job_lease_many`` for a due job outside the
+  default group reads the first entry of ``jobs_pending_others_by_dispatch_at``
+  and few buffers past 5,000 future ones, and while none of them is due the
+  lease calls neither ``job_lease_due`` nor ``job_lease_take`` (every queue or
+  a list), as on a table without them.
 
 Every test runs in a transaction it rolls back, so the table stays as filled.
 """
@@ -39,6 +44,8 @@ from psycopg import sql
 from pgstore.testing import drop_schema, install_schema
 
 PENDING_INDEX = "jobs_pending_by_dispatch_at"
+#: The same jobs as GROUP_INDEX by dispatch_at: the lease's probe for a due one.
+OTHERS_INDEX = "jobs_pending_others_by_dispatch_at"
 #: Where the jobs outside the default group wait.
 GROUP_INDEX = "jobs_pending_by_queue"
 DISPATCHED = 100_000
@@ -308,3 +315,88 @@ def test_a_lease_reads_few_buffers_past_future_jobs_of_a_higher_priority(
     leased = conn.execute(
         "SELECT run_id FROM jobs WHERE lease_holder = 'plan-test'").fetchall()
     assert leased == [("other-0002",)]
+
+
+LEASERS = {"job_lease": "job_lease(text, bigint, bigint, text[])",
+           "job_lease_many": "job_lease_many(text, bigint, bigint, integer, text[])"}
+
+
+def probe_statement(conn: psycopg.Connection[Any], function: str) -> str:
+    """The probe in the installed ``function``'s body for the earliest dispatch_at of the
+    pending jobs outside the default group (a scalar subquery, no variable)."""
+    row = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
+                       [LEASERS[function]]).fetchone()
+    assert row is not None
+    found = re.search(r"\(\s*(SELECT\s+c\.dispatch_at\b.*?LIMIT\s+1)\s*\)", row[0],
+                      re.S | re.I)
+    assert found, f"no `(SELECT c.dispatch_at … LIMIT 1)` in {function}'s body:\n{row[0]}"
+    return found.group(1)
+
+
+def add_future_jobs(conn: psycopg.Connection[Any]) -> None:
+    """5,000 jobs at priority 10 and 500 in another queue, none due at NOW."""
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, priority) SELECT 'future-' || g,"
+        " %s + g, 10 FROM generate_series(1, 5000) AS g", [NOW])
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, queue) SELECT 'later-' || g,"
+        " %s + g, 'other' FROM generate_series(1, 500) AS g", [NOW])
+    conn.execute("ANALYZE jobs")
+
+
+@pytest.mark.parametrize("function", sorted(LEASERS))
+def test_the_probe_for_other_due_jobs_reads_one_entry_of_its_index(
+    conn: psycopg.Connection[Any], function: str
+) -> None:
+    add_future_jobs(conn)
+    plan = explain(conn, "ANALYZE, BUFFERS, TIMING false",
+                   probe_statement(conn, function))["Plan"]
+    assert plan["Actual Rows"] == 1, f"the probe found no row:\n{plan}"
+    assert any(n.get("Index Name") == OTHERS_INDEX for n in nodes(plan)), (
+        f"the probe does not use {OTHERS_INDEX}:\n{plan}")
+    assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
+    buffers = shared_buffers(plan)
+    assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for the probe:\n{plan}"
+
+
+def helper_calls(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """job_lease_due's and job_lease_take's calls so far in this transaction."""
+    row = conn.execute(
+        "SELECT coalesce(pg_stat_get_xact_function_calls("
+        "'job_lease_due(bigint, text[])'::regprocedure), 0),"
+        " coalesce(pg_stat_get_xact_function_calls("
+        "'job_lease_take(text, bigint, bigint, integer, text[], integer[])'::regprocedure),"
+        " 0)").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_no_other_job_due_means_the_default_groups_walk_alone(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Future jobs outside the default group only: job_lease and job_lease_many, with
+    every queue or a list naming 'default', lease the default group's due jobs in order
+    and never call job_lease_due or job_lease_take; a list without 'default' leases
+    nothing and calls neither either. Once one of those jobs is due, the lease takes it
+    first, through them."""
+    conn.execute("SET LOCAL track_functions = 'pl'")
+    add_future_jobs(conn)
+    got = [conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s)",
+                        [NOW, TTL]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s, %s)",
+                        [NOW, TTL, ["other", "default"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 2)",
+                        [NOW, TTL]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 1, %s)",
+                        [NOW, TTL, ["default"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s, %s)",
+                        [NOW, TTL, ["other"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 5, %s)",
+                        [NOW, TTL, ["other", "nowhere"]]).fetchall()]
+    assert [[r[0] for r in rows] for rows in got] == [
+        [LEASE_ORDER[0]], [LEASE_ORDER[1]], LEASE_ORDER[2:4], [LEASE_ORDER[4]], [], []]
+    assert helper_calls(conn) == (0, 0)
+    later = conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s)",
+                         [NOW + 1, TTL]).fetchall()
+    assert later == [("future-1",)]
+    assert helper_calls(conn) == (1, 1)

@@ -22,11 +22,16 @@
   with ``scale_due`` finished jobs and ``scale_due // 10`` future-dated jobs at
   priority 10: the big table's shape at the small size) and ``big``
   (``scale_rows`` finished jobs and ``scale_rows // 10`` future-dated priority
-  jobs beside the due ones). Each call is followed, untimed, by the mark of
-  what it leased and the scheduling of as many new due jobs, so every table
-  keeps ``scale_due`` due jobs; the tables are vacuumed between repeats (their
-  autovacuum off, so no table is vacuumed in the middle of a repeat). The
-  ratios are big (and shape) over plain, per repeat; ``--scale-base-sql DIR``
+  jobs beside the due ones). Each call's jobs are given back, untimed, by an
+  UPDATE that clears their lease (a HOT update: no index changes), so every
+  table keeps its shape call after call (a mark and new jobs would grow the
+  plain table's history, repeat after repeat); the tables are vacuumed between
+  repeats (their autovacuum off, so no table is vacuumed in the middle of a
+  repeat). The calls go round the tables one by one, the order turned each
+  time. A
+  repeat's figure is the median of its calls (on a shared server a call that
+  rebuilds its caches after another session's DDL costs ten times the
+  others). The ratios are big (and shape) over plain, per repeat; ``--scale-base-sql DIR``
   measures the same on tables loaded from another ``sql/`` directory beside
   them (before and after a change, in one process).
 
@@ -40,6 +45,7 @@ variant back to back; the ratio is big over small, per repeat.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -308,12 +314,12 @@ LEASE_TABLES = ("plain", "shape", "big")
 class LeaseTable:
     """A jobs table of the lease_cpu cases: ``due`` due jobs, ``finished`` dispatched
     ones (due before them, finished_at set) and ``future`` jobs at priority 10 due after
-    NOW; each lease call's jobs are marked and replaced by as many new due jobs."""
+    NOW; each lease call's jobs are given back (lease cleared, attempts 0) by an
+    untimed UPDATE."""
 
     def __init__(self, cfg: Settings, part: str, sql_dir: Path | None) -> None:
         self.v = Variant(cfg, part, sql_dir=sql_dir)
         self.pid = int(self.v.conn.info.backend_pid)
-        self.next = 0  # the new due jobs scheduled so far
 
     def fill(self, due: int, finished: int, future: int) -> None:
         conn, s = self.v.conn, self.v.s
@@ -334,9 +340,9 @@ class LeaseTable:
                 f" FROM generate_series(1, {future}) i".encode())
         conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
 
-    def calls(self, queues: list[str] | None, many: int | None, n: int) -> tuple[float, float]:
-        """``n`` lease calls: (server CPU µs, client wall µs) per call, their means; the
-        wall time when /proc does not show the server's CPU (another machine)."""
+    def call(self, queues: list[str] | None, many: int | None) -> tuple[int | None, int]:
+        """One lease call: (server CPU ns, None when /proc does not show the server's CPU:
+        another machine; client wall ns); then, untimed, the jobs it leased given back."""
         conn, s = self.v.conn, self.v.s
         if many is None:
             lease = f"SELECT run_id FROM {s}.job_lease('bench', %s, 60000, %s)"
@@ -344,24 +350,17 @@ class LeaseTable:
         else:
             lease = f"SELECT run_id FROM {s}.job_lease_many('bench', %s, 60000, %s, %s)"
             args = (NOW, many, queues)
-        mark = (f"SELECT recorded FROM {s}.job_mark_dispatched_many(%s, 'bench',"
-                f" array_fill('w'::text, ARRAY[cardinality(%s::text[])]), NULL)")
-        schedule = f"SELECT {s}.job_schedule_many(%s, %s)"
-        cpu_ns = wall_ns = 0
-        for _ in range(n):
-            c0 = backend_sched_ns(self.pid)
-            w0 = time.perf_counter_ns()
-            got = [str(r[0]) for r in conn.execute(lease, args).fetchall()]
-            wall_ns += time.perf_counter_ns() - w0
-            c1 = backend_sched_ns(self.pid)
-            cpu_ns += (c1 - c0) if c0 is not None and c1 is not None else 0
-            assert len(got) == (many or 1) and all(r.startswith(("d-", "n-")) for r in got), got
-            assert all(r[0] for r in conn.execute(mark, (got, got)).fetchall()), got
-            new = [f"n-{self.next + i:08d}" for i in range(len(got))]
-            self.next += len(got)
-            conn.execute(schedule, (new, [NOW // 10 + self.next + i for i in range(len(got))]))
-        cpu_us = cpu_ns / n / 1000 if backend_sched_ns(self.pid) is not None else None
-        return (cpu_us if cpu_us is not None else wall_ns / n / 1000), wall_ns / n / 1000
+        c0 = backend_sched_ns(self.pid)
+        w0 = time.perf_counter_ns()
+        got = [str(r[0]) for r in conn.execute(lease, args).fetchall()]
+        wall = time.perf_counter_ns() - w0
+        c1 = backend_sched_ns(self.pid)
+        assert len(got) == (many or 1) and all(r.startswith("d-") for r in got), got
+        # Given back in one UPDATE (HOT: no indexed column changes): the table keeps its
+        # shape, call after call.
+        conn.execute(f"UPDATE {s}.jobs SET lease_holder = NULL, lease_until = NULL,"
+                     f" attempts = 0 WHERE run_id = ANY (%s)", (got,))
+        return (None if c0 is None or c1 is None else c1 - c0), wall
 
     def vacuum(self) -> None:
         self.v.conn.execute(f"VACUUM {self.v.s}.jobs".encode())
@@ -389,24 +388,38 @@ def run_lease_cpu(cfg: Settings) -> dict[str, Any]:
             table.fill(*shapes[name])
         tables["head", "plain"].v.conn.execute(b"CHECKPOINT")
         measured = backend_sched_ns(tables["head", "plain"].pid) is not None
-        n = max(cfg.calls // 4, 5)
+        n = max(cfg.calls // 2, 5)
         order = list(tables)
         # One untimed round first: plans, caches.
         for key in order:
             for _, queues, many in LEASE_CASES:
-                tables[key].calls(queues, many, max(n // 5, 2))
+                for _ in range(3):
+                    tables[key].call(queues, many)
         raw: dict[tuple[str, str, str], list[float]] = {}
         wall: dict[tuple[str, str, str], list[float]] = {}
         for rep in range(cfg.repeats):
             for table in tables.values():
+                # A VACUUM invalidates the plans cached on the table: one untimed call of
+                # each case plans them again, so that no case pays it for the others.
                 table.vacuum()
-            # Alternated, so drift on a shared machine falls on every table alike.
-            keys = order if rep % 2 == 0 else order[::-1]
+                for _, queues, many in LEASE_CASES:
+                    table.call(queues, many)
             for case, queues, many in LEASE_CASES:
-                for kind, name in keys:
-                    cpu, w = tables[kind, name].calls(queues, many, n)
-                    raw.setdefault((kind, case, name), []).append(cpu)
-                    wall.setdefault((kind, case, name), []).append(w)
+                cpu: dict[tuple[str, str], list[int]] = {key: [] for key in order}
+                took: dict[tuple[str, str], list[int]] = {key: [] for key in order}
+                # Call by call across the tables (the order turned every call), so that
+                # drift on a shared machine falls on every table alike.
+                for i in range(n):
+                    for key in (order if (rep + i) % 2 == 0 else order[::-1]):
+                        c, w = tables[key].call(queues, many)
+                        if c is not None:
+                            cpu[key].append(c)
+                        took[key].append(w)
+                for kind, name in order:
+                    w_us = statistics.median(took[kind, name]) / 1000
+                    c_us = statistics.median(cpu[kind, name]) / 1000 if measured else w_us
+                    raw.setdefault((kind, case, name), []).append(c_us)
+                    wall.setdefault((kind, case, name), []).append(w_us)
             cfg.log(f"  scale: lease_cpu repeat {rep + 1}/{cfg.repeats} done")
 
         def ratios(kind: str, case: str, name: str) -> dict[str, Any]:
@@ -414,8 +427,8 @@ def run_lease_cpu(cfg: Settings) -> dict[str, Any]:
                                                     raw[kind, case, name], strict=True)])
 
         out: dict[str, Any] = {
-            "unit": ("server CPU us per call (schedstat)" if measured
-                     else "wall us per call (no /proc view of the server)"),
+            "unit": ("server CPU us per call (schedstat, median of the calls)" if measured
+                     else "wall us per call (median of the calls; no /proc view of the server)"),
             "server_cpu": measured,
             "calls_per_repeat": n,
             "queues": LEASE_QUEUES,
