@@ -236,7 +236,6 @@ DECLARE
     v_paused boolean;
     v_limited boolean;
     v_default boolean;
-    v_first  bigint;
     v_queues text[];
     v_prios  integer[];
 BEGIN
@@ -274,26 +273,27 @@ BEGIN
     -- a job leasable now: this same statement), and job_lease_take walks the
     -- others.
     --
-    -- One statement tells which: the earliest dispatch_at of the pending jobs
-    -- outside the default group (the first entry of
-    -- jobs_pending_others_by_dispatch_at; no parameter, so planned once), and
-    -- the default queue's controls (one probe of queues). While none of those
-    -- jobs is due (none at all, or future ones only, whatever their priority),
-    -- none is leasable, so the lease is the default group's walk alone (or
-    -- nothing, when the default queue is paused or p_queues does not name it).
-    -- A due one (leasable or not: a live lease's job keeps its entry) sends
-    -- the lease to job_lease_due.
-    SELECT (SELECT c.dispatch_at
-              FROM jobs c
-             WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-               AND (c.queue <> 'default' OR c.priority <> 0)
-             ORDER BY c.dispatch_at
-             LIMIT 1),
+    -- One statement tells which: whether a pending job outside the default
+    -- group is due (one probe of jobs_pending_others_by_dispatch_at, from now
+    -- backwards: the entries of jobs dispatched since the last vacuum sit at
+    -- its oldest end, where the leases take them), and the default queue's
+    -- controls (one probe of queues). While none of those jobs is due (none at
+    -- all, or future ones only, whatever their priority), none is leasable, so
+    -- the lease is the default group's walk alone (or nothing, when the
+    -- default queue is paused or p_queues does not name it). A due one
+    -- (leasable or not: a live lease's job keeps its entry) sends the lease to
+    -- job_lease_due.
+    SELECT coalesce((SELECT true
+                       FROM jobs c
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                        AND (c.queue <> 'default' OR c.priority <> 0)
+                        AND c.dispatch_at <= v_now
+                      ORDER BY c.dispatch_at DESC
+                      LIMIT 1), false),
            s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
-      INTO v_first, v_paused, v_limited
+      INTO v_others, v_paused, v_limited
       FROM (SELECT) AS one
       LEFT JOIN queues s ON s.queue = 'default';
-    v_others := v_first <= v_now;  -- NULL: no pending job outside the default group
     v_default := p_queues IS NULL OR 'default' = ANY (p_queues);
     -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
     -- which keeps its limits; the same probe of queues tells.

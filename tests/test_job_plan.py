@@ -22,8 +22,8 @@ so these tests follow the function if its body changes. They prove that:
   beside a second queue reads fewer than 100 shared buffers and leases the due
   job of the highest priority;
 * the probe of ``job_lease`` and ``job_lease_many`` for a due job outside the
-  default group reads the first entry of ``jobs_pending_others_by_dispatch_at``
-  and few buffers past 5,000 future ones, and while none of them is due the
+  default group walks ``jobs_pending_others_by_dispatch_at`` back from now and
+  reads few buffers beside 5,000 future ones, and while none of them is due the
   lease calls neither ``job_lease_due`` nor ``job_lease_take`` (every queue or
   a list), as on a table without them.
 
@@ -317,19 +317,55 @@ def test_a_lease_reads_few_buffers_past_future_jobs_of_a_higher_priority(
     assert leased == [("other-0002",)]
 
 
+@pytest.fixture(scope="module")
+def probe_schema(pgstore_database: str) -> Iterator[str]:
+    """A schema of its own for the probe's tests (the same pending jobs, less history):
+    the rows they add and roll back leave dead entries in the pending indexes, which
+    the other tests must not meet."""
+    schema = f"pgstore_plan_{uuid.uuid4().hex[:12]}"
+    install_schema(pgstore_database, schema)
+    try:
+        with psycopg.connect(pgstore_database) as connection:
+            fill(connection, schema, 10_000, 500)
+            connection.cursor().executemany(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
+                    " VALUES (%s, %s, %s, %s)"
+                ).format(sql.Identifier(schema)),
+                PENDING,
+            )
+            connection.commit()
+            connection.autocommit = True
+            connection.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+        yield schema
+    finally:
+        drop_schema(pgstore_database, schema)
+
+
+@pytest.fixture
+def probe_conn(pgstore_database: str, probe_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction on the probe's schema, rolled back after the test."""
+    with psycopg.connect(pgstore_database) as connection:
+        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(probe_schema)))
+        try:
+            yield connection
+        finally:
+            connection.rollback()
+
+
 LEASERS = {"job_lease": "job_lease(text, bigint, bigint, text[])",
            "job_lease_many": "job_lease_many(text, bigint, bigint, integer, text[])"}
 
 
 def probe_statement(conn: psycopg.Connection[Any], function: str) -> str:
-    """The probe in the installed ``function``'s body for the earliest dispatch_at of the
-    pending jobs outside the default group (a scalar subquery, no variable)."""
+    """The probe in the installed ``function``'s body for a due pending job outside the
+    default group (a scalar subquery; its one variable, v_now)."""
     row = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
                        [LEASERS[function]]).fetchone()
     assert row is not None
-    found = re.search(r"\(\s*(SELECT\s+c\.dispatch_at\b.*?LIMIT\s+1)\s*\)", row[0],
-                      re.S | re.I)
-    assert found, f"no `(SELECT c.dispatch_at … LIMIT 1)` in {function}'s body:\n{row[0]}"
+    found = re.search(r"\(\s*(SELECT\s+true\s+FROM\s+jobs\s+c\b.*?"
+                      r"dispatch_at\s+DESC\s+LIMIT\s+1)\s*\)", row[0], re.S | re.I)
+    assert found, f"no `(SELECT true FROM jobs c … DESC LIMIT 1)` in {function}'s body:\n{row[0]}"
     return found.group(1)
 
 
@@ -344,19 +380,40 @@ def add_future_jobs(conn: psycopg.Connection[Any]) -> None:
     conn.execute("ANALYZE jobs")
 
 
+@pytest.mark.parametrize("plan_kind", ["custom", "generic"])
 @pytest.mark.parametrize("function", sorted(LEASERS))
-def test_the_probe_for_other_due_jobs_reads_one_entry_of_its_index(
-    conn: psycopg.Connection[Any], function: str
+def test_the_probe_for_other_due_jobs_reads_a_few_entries_of_its_index(
+    probe_conn: psycopg.Connection[Any], function: str, plan_kind: str
 ) -> None:
+    conn = probe_conn
     add_future_jobs(conn)
-    plan = explain(conn, "ANALYZE, BUFFERS, TIMING false",
-                   probe_statement(conn, function))["Plan"]
-    assert plan["Actual Rows"] == 1, f"the probe found no row:\n{plan}"
-    assert any(n.get("Index Name") == OTHERS_INDEX for n in nodes(plan)), (
-        f"the probe does not use {OTHERS_INDEX}:\n{plan}")
-    assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
-    buffers = shared_buffers(plan)
-    assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for the probe:\n{plan}"
+    probe = probe_statement(conn, function)
+    for due in (False, True):
+        if due:
+            # One due, after 2,000 dispatched since the last vacuum: their entries, at
+            # the index's oldest end, point at row versions no longer pending (a walk
+            # from that end would visit each), and the probe from now never meets them.
+            conn.execute(
+                "INSERT INTO jobs (run_id, dispatch_at, queue) SELECT 'sent-' || g, g,"
+                " 'other' FROM generate_series(1, 2000) AS g")
+            conn.execute("UPDATE jobs SET dispatched = true WHERE run_id LIKE 'sent-%'")
+            conn.execute("INSERT INTO jobs (run_id, dispatch_at, queue) VALUES ('due', 3000,"
+                         " 'q')")
+        if plan_kind == "custom":
+            to_explain = with_literals(conn, probe)
+        else:
+            to_explain = prepare_generic(conn, f"probe_{int(due)}", probe)
+        # Once untimed: the first probe after rows were rolled back or dispatched marks
+        # their entries dead as it meets them (what the first lease after them does), and
+        # the probes after it skip them without reading the table.
+        conn.execute(to_explain)
+        plan = explain(conn, "ANALYZE, BUFFERS, TIMING false", to_explain)["Plan"]
+        assert plan["Actual Rows"] == int(due), f"the probe's answer, due {due}:\n{plan}"
+        assert any(n.get("Index Name") == OTHERS_INDEX for n in nodes(plan)), (
+            f"the probe does not use {OTHERS_INDEX}:\n{plan}")
+        assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
+        buffers = shared_buffers(plan)
+        assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for the probe:\n{plan}"
 
 
 def helper_calls(conn: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -372,13 +429,14 @@ def helper_calls(conn: psycopg.Connection[Any]) -> tuple[int, int]:
 
 
 def test_no_other_job_due_means_the_default_groups_walk_alone(
-    conn: psycopg.Connection[Any],
+    probe_conn: psycopg.Connection[Any],
 ) -> None:
     """Future jobs outside the default group only: job_lease and job_lease_many, with
     every queue or a list naming 'default', lease the default group's due jobs in order
     and never call job_lease_due or job_lease_take; a list without 'default' leases
     nothing and calls neither either. Once one of those jobs is due, the lease takes it
     first, through them."""
+    conn = probe_conn
     conn.execute("SET LOCAL track_functions = 'pl'")
     add_future_jobs(conn)
     got = [conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s)",
