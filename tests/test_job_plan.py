@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -68,14 +69,15 @@ PENDING = [
 LEASE_ORDER = ["expires-now", "due-B", "due-a", "due-c", "due-d"]
 
 
-@pytest.fixture(scope="module")
-def filled_schema(pgstore_database: str) -> Iterator[str]:
-    """A schema whose jobs table holds the history and the pending jobs, analysed."""
+@contextmanager
+def pending_schema(dsn: str, dispatched: int, cancelled: int) -> Iterator[str]:
+    """A schema whose jobs table holds the history (``fill``) and the pending jobs,
+    analysed; dropped at the end."""
     schema = f"pgstore_plan_{uuid.uuid4().hex[:12]}"
-    install_schema(pgstore_database, schema)
+    install_schema(dsn, schema)
     try:
-        with psycopg.connect(pgstore_database) as conn:
-            fill(conn, schema, DISPATCHED, CANCELLED)
+        with psycopg.connect(dsn) as conn:
+            fill(conn, schema, dispatched, cancelled)
             conn.cursor().executemany(
                 sql.SQL(
                     "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
@@ -88,7 +90,14 @@ def filled_schema(pgstore_database: str) -> Iterator[str]:
             conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
         yield schema
     finally:
-        drop_schema(pgstore_database, schema)
+        drop_schema(dsn, schema)
+
+
+@pytest.fixture(scope="module")
+def filled_schema(pgstore_database: str) -> Iterator[str]:
+    """A schema whose jobs table holds the history and the pending jobs, analysed."""
+    with pending_schema(pgstore_database, DISPATCHED, CANCELLED) as schema:
+        yield schema
 
 
 def fill(conn: psycopg.Connection[Any], schema: str, dispatched: int, cancelled: int) -> None:
@@ -117,8 +126,15 @@ def fill(conn: psycopg.Connection[Any], schema: str, dispatched: int, cancelled:
 @pytest.fixture
 def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection in a transaction on the filled schema, rolled back after the test."""
-    with psycopg.connect(pgstore_database) as connection:
-        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(filled_schema)))
+    with rolled_back(pgstore_database, filled_schema) as connection:
+        yield connection
+
+
+@contextmanager
+def rolled_back(dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction on ``schema``, rolled back at the end."""
+    with psycopg.connect(dsn) as connection:
+        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         try:
             yield connection
         finally:
@@ -322,35 +338,15 @@ def probe_schema(pgstore_database: str) -> Iterator[str]:
     """A schema of its own for the probe's tests (the same pending jobs, less history):
     the rows they add and roll back leave dead entries in the pending indexes, which
     the other tests must not meet."""
-    schema = f"pgstore_plan_{uuid.uuid4().hex[:12]}"
-    install_schema(pgstore_database, schema)
-    try:
-        with psycopg.connect(pgstore_database) as connection:
-            fill(connection, schema, 10_000, 500)
-            connection.cursor().executemany(
-                sql.SQL(
-                    "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
-                    " VALUES (%s, %s, %s, %s)"
-                ).format(sql.Identifier(schema)),
-                PENDING,
-            )
-            connection.commit()
-            connection.autocommit = True
-            connection.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+    with pending_schema(pgstore_database, 10_000, 500) as schema:
         yield schema
-    finally:
-        drop_schema(pgstore_database, schema)
 
 
 @pytest.fixture
 def probe_conn(pgstore_database: str, probe_schema: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection in a transaction on the probe's schema, rolled back after the test."""
-    with psycopg.connect(pgstore_database) as connection:
-        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(probe_schema)))
-        try:
-            yield connection
-        finally:
-            connection.rollback()
+    with rolled_back(pgstore_database, probe_schema) as connection:
+        yield connection
 
 
 LEASERS = {"job_lease": "job_lease(text, bigint, bigint, text[])",
