@@ -180,8 +180,9 @@ BEGIN
     -- priorities, or whose other jobs wait for a later time) and the default
     -- queue named, not paused nor limited: the lease of pgstore_0018, over the
     -- default group's index. The scalar subquery is an InitPlan: it runs once,
-    -- walks the index in lease order and locks one row, skipping rows that concurrent leasers hold
-    -- locked; the UPDATE reaches it through the primary key. job_fences is read
+    -- walks the index in lease order and locks one row, skipping rows that
+    -- concurrent leasers hold locked; the UPDATE reaches it through the primary
+    -- key. job_fences is read
     -- by this statement, with its snapshot (a row visible to it was scheduled
     -- after any purge or remove of its run_id that the mark must cover), and
     -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
