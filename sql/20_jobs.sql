@@ -47,6 +47,16 @@ CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, r
     WHERE NOT dispatched AND NOT cancelled AND NOT failed
       AND (queue <> 'default' OR priority <> 0);
 
+-- The same jobs by due time alone: one probe, from now backwards, tells a
+-- lease whether any job outside the default group is due, so that when none is
+-- (future jobs of a higher priority, or a paused queue's backlog not yet due)
+-- the lease is the default group's walk alone, as in a table without them. It
+-- adds an entry only where jobs_pending_by_queue does (the same predicate): a
+-- default-group job never touches it.
+CREATE INDEX jobs_pending_others_by_dispatch_at ON jobs (dispatch_at)
+    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+      AND (queue <> 'default' OR priority <> 0);
+
 -- What job_purge walks: finished jobs only, oldest first. Leases never change
 -- finished_at, so they stay HOT.
 CREATE INDEX jobs_finished_by_finished_at ON jobs (finished_at, run_id)
@@ -100,6 +110,10 @@ COMMENT ON INDEX jobs_pending_by_queue IS
 '(queue ''default'', priority 0: jobs_pending_by_dispatch_at), by queue, priority '
 '(highest first), dispatch_at and run_id. job_lease reads the due head of each (queue, '
 'priority) group, so its cost depends on the number of groups, not on the backlog.';
+COMMENT ON INDEX jobs_pending_others_by_dispatch_at IS
+'The pending jobs of jobs_pending_by_queue (outside the default group) by dispatch_at: '
+'job_lease and job_lease_many read its last entry up to now to tell whether any of them '
+'is due; when none is, the lease walks the default group alone.';
 COMMENT ON COLUMN jobs.queue IS
 'The job''s queue (''default'' unless job_schedule was given one): job_lease and '
 'job_lease_many lease from the queues their p_queues names (NULL: every queue).';

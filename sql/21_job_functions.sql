@@ -249,7 +249,8 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 -- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
 -- its pinned search_path), after they checked every argument, when some
--- pending job is outside the default group or p_queues names queues.
+-- pending job outside the default group is due (or the default queue, named,
+-- is limited).
 --
 -- Each statement is planned once per session (a generic plan): a custom plan,
 -- made at every call as p_now and p_queues change, cost more than all the
@@ -377,7 +378,7 @@ COMMENT ON FUNCTION job_lease_due(bigint, text[]) IS
 'may be leased and either no other group is listed or its due head holds one. Index '
 'probes only (job_lease_groups, then one probe of each group''s due head), each '
 'statement planned once per session. What job_lease and job_lease_many read when some '
-'pending job is outside the default group or p_queues names queues.';
+'pending job outside the default group is due, or the default queue (named) is limited.';
 
 CREATE FUNCTION job_lease_take(
     p_holder text, p_now bigint, p_until bigint, p_limit integer,
@@ -649,6 +650,7 @@ DECLARE
     v_others boolean;
     v_paused boolean;
     v_limited boolean;
+    v_default boolean;
     v_queues text[];
     v_prios  integer[];
 BEGIN
@@ -659,51 +661,58 @@ BEGIN
     v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
-    -- The common case, p_queues NULL and every pending job in the default group
-    -- (queue 'default', priority 0: an app that uses neither queues nor
-    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
-    -- it empty): the lease of pgstore_0018, over the default group's index. The
-    -- scalar subquery is an InitPlan: it runs once, walks the index in lease
-    -- order and locks one row, skipping rows that concurrent leasers hold
-    -- locked; the UPDATE reaches it through the primary key. job_fences is read
+    -- The common case, no pending job outside the default group (queue
+    -- 'default', priority 0) due now (an app that uses neither queues nor
+    -- priorities, or whose other jobs wait for a later time) and the default
+    -- queue named, not paused nor limited: the lease of pgstore_0018, over the
+    -- default group's index. The scalar subquery is an InitPlan: it runs once,
+    -- walks the index in lease order and locks one row, skipping rows that
+    -- concurrent leasers hold locked; the UPDATE reaches it through the primary
+    -- key. job_fences is read
     -- by this statement, with its snapshot (a row visible to it was scheduled
     -- after any purge or remove of its run_id that the mark must cover), and
     -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
     -- A job out of attempts (its last lease expired without a release) is
-    -- failed instead, by the same UPDATE, and not returned. Else, or when
-    -- p_queues names queues, job_lease_due finds the groups worth walking (the
-    -- default group alone, when no other has a job leasable now: this same
-    -- statement), and job_lease_take walks the others.
-    IF p_queues IS NULL THEN
-        SELECT (SELECT true
-                  FROM jobs c
-                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                   AND (c.queue <> 'default' OR c.priority <> 0)
-                 ORDER BY c.queue DESC, c.priority
-                 LIMIT 1),
-               s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
-          INTO v_others, v_paused, v_limited
-          FROM (SELECT) AS one
-          LEFT JOIN queues s ON s.queue = 'default';
-    END IF;
+    -- failed instead, by the same UPDATE, and not returned. Else job_lease_due
+    -- finds the groups worth walking (the default group alone, when no other has
+    -- a job leasable now: this same statement), and job_lease_take walks the
+    -- others.
+    --
+    -- One statement tells which: whether a pending job outside the default
+    -- group is due (one probe of jobs_pending_others_by_dispatch_at, from now
+    -- backwards: the entries of jobs dispatched since the last vacuum sit at
+    -- its oldest end, where the leases take them), and the default queue's
+    -- controls (one probe of queues). While none of those jobs is due (none at
+    -- all, or future ones only, whatever their priority), none is leasable, so
+    -- the lease is the default group's walk alone (or nothing, when the
+    -- default queue is paused or p_queues does not name it). A due one
+    -- (leasable or not: a live lease's job keeps its entry) sends the lease to
+    -- job_lease_due.
+    SELECT coalesce((SELECT true
+                       FROM jobs c
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                        AND (c.queue <> 'default' OR c.priority <> 0)
+                        AND c.dispatch_at <= v_now
+                      ORDER BY c.dispatch_at DESC
+                      LIMIT 1), false),
+           s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
+      INTO v_others, v_paused, v_limited
+      FROM (SELECT) AS one
+      LEFT JOIN queues s ON s.queue = 'default';
+    v_default := p_queues IS NULL OR 'default' = ANY (p_queues);
     -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
     -- which keeps its limits; the same probe of queues tells.
-    IF p_queues IS NOT NULL OR v_others OR v_limited THEN
+    IF v_others OR (v_limited AND v_default) THEN
         SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
         IF v_queues IS NULL THEN
             RETURN;
         END IF;
-        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited
-           OR (p_queues IS NOT NULL
-               AND EXISTS (SELECT FROM queues s
-                            WHERE s.queue = 'default'
-                              AND (s.concurrency_limit IS NOT NULL
-                                   OR s.rate_limit IS NOT NULL))) THEN
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited THEN
             RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, 1,
                                                       v_queues, v_prios);
             RETURN;
         END IF;
-    ELSIF v_paused THEN
+    ELSIF v_paused OR NOT v_default THEN
         RETURN;
     END IF;
     RETURN QUERY

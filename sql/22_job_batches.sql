@@ -156,92 +156,30 @@ COMMENT ON FUNCTION job_schedule_many(text[], bigint[], text, integer, jsonb[]) 
 'holding a NULL; queue empty or longer than 1024 characters; payloads not as long, or '
 'holding one longer than store_settings.max_payload_bytes as JSON text.';
 
-CREATE FUNCTION job_lease_many(
-    p_holder text, p_now bigint, p_ttl_ms bigint, p_limit integer,
-    p_queues text[] DEFAULT NULL
+CREATE FUNCTION job_lease_default(
+    p_holder text, p_now bigint, p_until bigint, p_limit integer
 ) RETURNS SETOF jobs
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path FROM CURRENT
+SET plan_cache_mode = force_generic_plan
 AS $$
-DECLARE
-    v_now   bigint;
-    v_until bigint;
-    v_others boolean;
-    v_paused boolean;
-    v_limited boolean;
-    v_queues text[];
-    v_prios  integer[];
+-- Runs as its caller, job_lease_many (as the store's owner, on its pinned
+-- search_path), after it checked every argument and found that only the
+-- default group (queue 'default', priority 0) may have jobs leasable now.
+--
+-- Planned once per session (a generic plan). Under the default plan cache
+-- mode the statement was planned again at every call once the table held
+-- more pending jobs than a few p_limit: the generic plan's cost assumes its
+-- LIMIT p_limit keeps a tenth of the rows the walk may read, so it never
+-- looked cheaper than a custom one (a few hundred us of planning a call). The
+-- walk's plan does not depend on the values: the index of the default group,
+-- in lease order, the first p_limit rows it can lock.
+-- @plpgsql_check_options: performance_warnings = false
 BEGIN
-    PERFORM check_primary();
-    PERFORM check_name('holder', p_holder);
-    PERFORM check_positive('ttl_ms', p_ttl_ms);
-    PERFORM check_positive('limit', p_limit);
-    IF p_limit > batch_max() THEN
-        PERFORM raise_invalid(format('limit must be at most %s', batch_max()));
-    END IF;
-    PERFORM check_queues(p_queues);
-    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
-    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
-
-    -- token_floor() once per call, not once per row: inlined in a scalar
-    -- subquery, an InitPlan (bare in the SET list it read the WAL position for
-    -- every job). One value is right for the whole batch: a primary writes on
-    -- one timeline for as long as it runs, check_primary() above has refused
-    -- a standby, and store_epoch is read in the statement's snapshot.
-    --
-    -- The common case, p_queues NULL and every pending job in the default group
-    -- (queue 'default', priority 0: an app that uses neither queues nor
-    -- priorities; one probe of jobs_pending_by_queue, from its newest end, finds
-    -- it empty): the lease of pgstore_0018, over the default group's index. The
-    -- ARRAY() subquery is an InitPlan: it runs once, walks the index in lease
-    -- order and locks up to p_limit rows, skipping rows that concurrent leasers hold
-    -- locked; the UPDATE reaches them through the primary key. job_fences is read
-    -- by this statement, with its snapshot (a row visible to it was scheduled
-    -- after any purge or remove of its run_id that the mark must cover), and
-    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
-    -- A job out of attempts (its last lease expired without a release) is
-    -- failed instead, by the same UPDATE, and not returned. Else, or when
-    -- p_queues names queues, job_lease_due finds the groups worth walking (the
-    -- default group alone, when no other has a job leasable now: this same
-    -- statement), and job_lease_take walks the others.
-    IF p_queues IS NULL THEN
-        SELECT (SELECT true
-                  FROM jobs c
-                 WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
-                   AND (c.queue <> 'default' OR c.priority <> 0)
-                 ORDER BY c.queue DESC, c.priority
-                 LIMIT 1),
-               s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
-          INTO v_others, v_paused, v_limited
-          FROM (SELECT) AS one
-          LEFT JOIN queues s ON s.queue = 'default';
-    END IF;
-    -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
-    -- which keeps its limits; the same probe of queues tells.
-    IF p_queues IS NOT NULL OR v_others OR v_limited THEN
-        SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
-        IF v_queues IS NULL THEN
-            RETURN;
-        END IF;
-        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited
-           OR (p_queues IS NOT NULL
-               AND EXISTS (SELECT FROM queues s
-                            WHERE s.queue = 'default'
-                              AND (s.concurrency_limit IS NOT NULL
-                                   OR s.rate_limit IS NOT NULL))) THEN
-            RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit,
-                                                      v_queues, v_prios);
-            RETURN;
-        END IF;
-    ELSIF v_paused THEN
-        RETURN;
-    END IF;
     RETURN QUERY
     WITH leased AS (
         UPDATE jobs j
            SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
-               lease_until = CASE WHEN j.attempts < j.max_attempts THEN v_until END,
+               lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
                lease_sequence = CASE WHEN j.attempts < j.max_attempts
                                      THEN greatest(j.lease_sequence + 1,
                                                    (SELECT token_floor_at(
@@ -265,13 +203,114 @@ BEGIN
                      FROM jobs c
                     WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
                       AND c.queue = 'default' AND c.priority = 0
-                      AND c.dispatch_at <= v_now
-                      AND (c.lease_until IS NULL OR c.lease_until <= v_now)
+                      AND c.dispatch_at <= p_now
+                      AND (c.lease_until IS NULL OR c.lease_until <= p_now)
                     ORDER BY c.dispatch_at, c.run_id
                     LIMIT p_limit
                       FOR UPDATE SKIP LOCKED))
         RETURNING j.*)
     SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+END
+$$;
+
+COMMENT ON FUNCTION job_lease_default(text, bigint, bigint, integer) IS
+'The lease of job_lease_many (which checks the arguments first) when only the default '
+'group (queue ''default'', priority 0) may have jobs leasable at p_now: leases to '
+'p_holder until p_until up to p_limit due jobs of that group, earliest dispatch_at '
+'first, then run_id, and returns them in that order, as job_lease_many does; a job out '
+'of attempts is failed instead, counted against p_limit and left out. One UPDATE, '
+'planned once per session.';
+
+CREATE FUNCTION job_lease_many(
+    p_holder text, p_now bigint, p_ttl_ms bigint, p_limit integer,
+    p_queues text[] DEFAULT NULL
+) RETURNS SETOF jobs
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_now   bigint;
+    v_until bigint;
+    v_others boolean;
+    v_paused boolean;
+    v_limited boolean;
+    v_default boolean;
+    v_queues text[];
+    v_prios  integer[];
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_positive('ttl_ms', p_ttl_ms);
+    PERFORM check_positive('limit', p_limit);
+    IF p_limit > batch_max() THEN
+        PERFORM raise_invalid(format('limit must be at most %s', batch_max()));
+    END IF;
+    PERFORM check_queues(p_queues);
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
+    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
+    -- token_floor() once per call, not once per row: inlined in a scalar
+    -- subquery, an InitPlan (bare in the SET list it read the WAL position for
+    -- every job). One value is right for the whole batch: a primary writes on
+    -- one timeline for as long as it runs, check_primary() above has refused
+    -- a standby, and store_epoch is read in the statement's snapshot.
+    --
+    -- The common case, no pending job outside the default group (queue
+    -- 'default', priority 0) due now (an app that uses neither queues nor
+    -- priorities, or whose other jobs wait for a later time) and the default
+    -- queue named, not paused nor limited: the lease of pgstore_0018, over the
+    -- default group's index, in job_lease_default (planned once per session).
+    -- Its ARRAY() subquery is an InitPlan: it runs once, walks the index in lease
+    -- order and locks up to p_limit rows, skipping rows that concurrent leasers hold
+    -- locked; the UPDATE reaches them through the primary key. job_fences is read
+    -- by this statement, with its snapshot (a row visible to it was scheduled
+    -- after any purge or remove of its run_id that the mark must cover), and
+    -- token_floor() is inlined: store_epoch is read once, by another InitPlan.
+    -- A job out of attempts (its last lease expired without a release) is
+    -- failed instead, by the same UPDATE, and not returned. Else job_lease_due
+    -- finds the groups worth walking (the default group alone, when no other has
+    -- a job leasable now: this same statement), and job_lease_take walks the
+    -- others.
+    --
+    -- One statement tells which: whether a pending job outside the default
+    -- group is due (one probe of jobs_pending_others_by_dispatch_at, from now
+    -- backwards: the entries of jobs dispatched since the last vacuum sit at
+    -- its oldest end, where the leases take them), and the default queue's
+    -- controls (one probe of queues). While none of those jobs is due (none at
+    -- all, or future ones only, whatever their priority), none is leasable, so
+    -- the lease is the default group's walk alone (or nothing, when the
+    -- default queue is paused or p_queues does not name it). A due one
+    -- (leasable or not: a live lease's job keeps its entry) sends the lease to
+    -- job_lease_due.
+    SELECT coalesce((SELECT true
+                       FROM jobs c
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                        AND (c.queue <> 'default' OR c.priority <> 0)
+                        AND c.dispatch_at <= v_now
+                      ORDER BY c.dispatch_at DESC
+                      LIMIT 1), false),
+           s.paused, s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL
+      INTO v_others, v_paused, v_limited
+      FROM (SELECT) AS one
+      LEFT JOIN queues s ON s.queue = 'default';
+    v_default := p_queues IS NULL OR 'default' = ANY (p_queues);
+    -- A limited 'default' (sql/24_queue_limits.sql) is walked by job_lease_take,
+    -- which keeps its limits; the same probe of queues tells.
+    IF v_others OR (v_limited AND v_default) THEN
+        SELECT d.queues, d.priorities INTO v_queues, v_prios FROM job_lease_due(v_now, p_queues) d;
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+        IF v_queues <> ARRAY['default'] OR v_prios <> ARRAY[0] OR v_limited THEN
+            RETURN QUERY SELECT * FROM job_lease_take(p_holder, v_now, v_until, p_limit,
+                                                      v_queues, v_prios);
+            RETURN;
+        END IF;
+    ELSIF v_paused OR NOT v_default THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM job_lease_default(p_holder, v_now, v_until, p_limit);
 END
 $$;
 

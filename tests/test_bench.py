@@ -93,6 +93,11 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
     assert _positive(res["naive"]["naive_transaction"]["us"]["median"])
     assert _positive(res["naive"]["bare_update"]["us"]["median"])
     assert set(res["scale"]["cases"]) >= {"job_lease", "claim_due", "claim_next_100_with_ids"}
+    lease_cpu = res["scale"]["lease_cpu"]
+    assert set(lease_cpu["head"]) == {"job_lease", "job_lease_queues", "job_lease_many_10",
+                                      "job_lease_many_10_queues"}
+    for case in lease_cpu["head"].values():
+        assert case["ratio"]["n"] == 3 and _positive(case["big_us"]["median"])  # --quick
     for table, phases in (("schedules", {"claim", "complete"}),
                           ("jobs", {"lease", "renew", "mark_dispatched"})):
         shipped = res["hot"][table]["shipped"]

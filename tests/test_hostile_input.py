@@ -300,7 +300,7 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                                  'job_history_advance', 'job_history_forget',
                                  'schedule_due_at',
                                  'job_lease_groups', 'job_lease_due',
-                                 'job_lease_take', 'queue_limit_max',
+                                 'job_lease_take', 'job_lease_default', 'queue_limit_max',
                                  'queue_slot_free', 'queue_limits_reserve',
                                  'queue_limits_fill', 'queue_limits_keep',
                                  'queue_limits_caps', 'queue_limits_wants')

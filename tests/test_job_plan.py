@@ -20,7 +20,12 @@ so these tests follow the function if its body changes. They prove that:
   lease, cancelled, dispatched and future jobs, then answers nothing;
 * a whole ``job_lease`` call past 5,000 future jobs of a higher priority and
   beside a second queue reads fewer than 100 shared buffers and leases the due
-  job of the highest priority.
+  job of the highest priority;
+* the probe of ``job_lease`` and ``job_lease_many`` for a due job outside the
+  default group walks ``jobs_pending_others_by_dispatch_at`` back from now and
+  reads few buffers beside 5,000 future ones, and while none of them is due the
+  lease calls neither ``job_lease_due`` nor ``job_lease_take`` (every queue or
+  a list), as on a table without them.
 
 Every test runs in a transaction it rolls back, so the table stays as filled.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -39,6 +45,8 @@ from psycopg import sql
 from pgstore.testing import drop_schema, install_schema
 
 PENDING_INDEX = "jobs_pending_by_dispatch_at"
+#: The same jobs as GROUP_INDEX by dispatch_at: the lease's probe for a due one.
+OTHERS_INDEX = "jobs_pending_others_by_dispatch_at"
 #: Where the jobs outside the default group wait.
 GROUP_INDEX = "jobs_pending_by_queue"
 DISPATCHED = 100_000
@@ -61,14 +69,15 @@ PENDING = [
 LEASE_ORDER = ["expires-now", "due-B", "due-a", "due-c", "due-d"]
 
 
-@pytest.fixture(scope="module")
-def filled_schema(pgstore_database: str) -> Iterator[str]:
-    """A schema whose jobs table holds the history and the pending jobs, analysed."""
+@contextmanager
+def pending_schema(dsn: str, dispatched: int, cancelled: int) -> Iterator[str]:
+    """A schema whose jobs table holds the history (``fill``) and the pending jobs,
+    analysed; dropped at the end."""
     schema = f"pgstore_plan_{uuid.uuid4().hex[:12]}"
-    install_schema(pgstore_database, schema)
+    install_schema(dsn, schema)
     try:
-        with psycopg.connect(pgstore_database) as conn:
-            fill(conn, schema, DISPATCHED, CANCELLED)
+        with psycopg.connect(dsn) as conn:
+            fill(conn, schema, dispatched, cancelled)
             conn.cursor().executemany(
                 sql.SQL(
                     "INSERT INTO {}.jobs (run_id, dispatch_at, lease_holder, lease_until)"
@@ -81,7 +90,14 @@ def filled_schema(pgstore_database: str) -> Iterator[str]:
             conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
         yield schema
     finally:
-        drop_schema(pgstore_database, schema)
+        drop_schema(dsn, schema)
+
+
+@pytest.fixture(scope="module")
+def filled_schema(pgstore_database: str) -> Iterator[str]:
+    """A schema whose jobs table holds the history and the pending jobs, analysed."""
+    with pending_schema(pgstore_database, DISPATCHED, CANCELLED) as schema:
+        yield schema
 
 
 def fill(conn: psycopg.Connection[Any], schema: str, dispatched: int, cancelled: int) -> None:
@@ -110,8 +126,15 @@ def fill(conn: psycopg.Connection[Any], schema: str, dispatched: int, cancelled:
 @pytest.fixture
 def conn(pgstore_database: str, filled_schema: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection in a transaction on the filled schema, rolled back after the test."""
-    with psycopg.connect(pgstore_database) as connection:
-        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(filled_schema)))
+    with rolled_back(pgstore_database, filled_schema) as connection:
+        yield connection
+
+
+@contextmanager
+def rolled_back(dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction on ``schema``, rolled back at the end."""
+    with psycopg.connect(dsn) as connection:
+        connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         try:
             yield connection
         finally:
@@ -308,3 +331,126 @@ def test_a_lease_reads_few_buffers_past_future_jobs_of_a_higher_priority(
     leased = conn.execute(
         "SELECT run_id FROM jobs WHERE lease_holder = 'plan-test'").fetchall()
     assert leased == [("other-0002",)]
+
+
+@pytest.fixture(scope="module")
+def probe_schema(pgstore_database: str) -> Iterator[str]:
+    """A schema of its own for the probe's tests (the same pending jobs, less history):
+    the rows they add and roll back leave dead entries in the pending indexes, which
+    the other tests must not meet."""
+    with pending_schema(pgstore_database, 10_000, 500) as schema:
+        yield schema
+
+
+@pytest.fixture
+def probe_conn(pgstore_database: str, probe_schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection in a transaction on the probe's schema, rolled back after the test."""
+    with rolled_back(pgstore_database, probe_schema) as connection:
+        yield connection
+
+
+LEASERS = {"job_lease": "job_lease(text, bigint, bigint, text[])",
+           "job_lease_many": "job_lease_many(text, bigint, bigint, integer, text[])"}
+
+
+def probe_statement(conn: psycopg.Connection[Any], function: str) -> str:
+    """The probe in the installed ``function``'s body for a due pending job outside the
+    default group (a scalar subquery; its one variable, v_now)."""
+    row = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
+                       [LEASERS[function]]).fetchone()
+    assert row is not None
+    found = re.search(r"\(\s*(SELECT\s+true\s+FROM\s+jobs\s+c\b.*?"
+                      r"dispatch_at\s+DESC\s+LIMIT\s+1)\s*\)", row[0], re.S | re.I)
+    assert found, f"no `(SELECT true FROM jobs c … DESC LIMIT 1)` in {function}'s body:\n{row[0]}"
+    return found.group(1)
+
+
+def add_future_jobs(conn: psycopg.Connection[Any]) -> None:
+    """5,000 jobs at priority 10 and 500 in another queue, none due at NOW."""
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, priority) SELECT 'future-' || g,"
+        " %s + g, 10 FROM generate_series(1, 5000) AS g", [NOW])
+    conn.execute(
+        "INSERT INTO jobs (run_id, dispatch_at, queue) SELECT 'later-' || g,"
+        " %s + g, 'other' FROM generate_series(1, 500) AS g", [NOW])
+    conn.execute("ANALYZE jobs")
+
+
+@pytest.mark.parametrize("plan_kind", ["custom", "generic"])
+@pytest.mark.parametrize("function", sorted(LEASERS))
+def test_the_probe_for_other_due_jobs_reads_a_few_entries_of_its_index(
+    probe_conn: psycopg.Connection[Any], function: str, plan_kind: str
+) -> None:
+    conn = probe_conn
+    add_future_jobs(conn)
+    probe = probe_statement(conn, function)
+    for due in (False, True):
+        if due:
+            # One due, after 2,000 dispatched since the last vacuum: their entries, at
+            # the index's oldest end, point at row versions no longer pending (a walk
+            # from that end would visit each), and the probe from now never meets them.
+            conn.execute(
+                "INSERT INTO jobs (run_id, dispatch_at, queue) SELECT 'sent-' || g, g,"
+                " 'other' FROM generate_series(1, 2000) AS g")
+            conn.execute("UPDATE jobs SET dispatched = true WHERE run_id LIKE 'sent-%'")
+            conn.execute("INSERT INTO jobs (run_id, dispatch_at, queue) VALUES ('due', 3000,"
+                         " 'q')")
+        if plan_kind == "custom":
+            to_explain = with_literals(conn, probe)
+        else:
+            to_explain = prepare_generic(conn, f"probe_{int(due)}", probe)
+        # Once untimed: the first probe after rows were rolled back or dispatched marks
+        # their entries dead as it meets them (what the first lease after them does), and
+        # the probes after it skip them without reading the table.
+        conn.execute(to_explain)
+        plan = explain(conn, "ANALYZE, BUFFERS, TIMING false", to_explain)["Plan"]
+        assert plan["Actual Rows"] == int(due), f"the probe's answer, due {due}:\n{plan}"
+        assert any(n.get("Index Name") == OTHERS_INDEX for n in nodes(plan)), (
+            f"the probe does not use {OTHERS_INDEX}:\n{plan}")
+        assert seq_scans_of_jobs(plan) == [], f"a sequential scan of jobs in\n{plan}"
+        buffers = shared_buffers(plan)
+        assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for the probe:\n{plan}"
+
+
+def helper_calls(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """job_lease_due's and job_lease_take's calls so far in this transaction."""
+    row = conn.execute(
+        "SELECT coalesce(pg_stat_get_xact_function_calls("
+        "'job_lease_due(bigint, text[])'::regprocedure), 0),"
+        " coalesce(pg_stat_get_xact_function_calls("
+        "'job_lease_take(text, bigint, bigint, integer, text[], integer[])'::regprocedure),"
+        " 0)").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_no_other_job_due_means_the_default_groups_walk_alone(
+    probe_conn: psycopg.Connection[Any],
+) -> None:
+    """Future jobs outside the default group only: job_lease and job_lease_many, with
+    every queue or a list naming 'default', lease the default group's due jobs in order
+    and never call job_lease_due or job_lease_take; a list without 'default' leases
+    nothing and calls neither either. Once one of those jobs is due, the lease takes it
+    first, through them."""
+    conn = probe_conn
+    conn.execute("SET LOCAL track_functions = 'pl'")
+    add_future_jobs(conn)
+    got = [conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s)",
+                        [NOW, TTL]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s, %s)",
+                        [NOW, TTL, ["other", "default"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 2)",
+                        [NOW, TTL]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 1, %s)",
+                        [NOW, TTL, ["default"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s, %s)",
+                        [NOW, TTL, ["other"]]).fetchall(),
+           conn.execute("SELECT run_id FROM job_lease_many('plan-test', %s, %s, 5, %s)",
+                        [NOW, TTL, ["other", "nowhere"]]).fetchall()]
+    assert [[r[0] for r in rows] for rows in got] == [
+        [LEASE_ORDER[0]], [LEASE_ORDER[1]], LEASE_ORDER[2:4], [LEASE_ORDER[4]], [], []]
+    assert helper_calls(conn) == (0, 0)
+    later = conn.execute("SELECT run_id FROM job_lease('plan-test', %s, %s)",
+                         [NOW + 1, TTL]).fetchall()
+    assert later == [("future-1",)]
+    assert helper_calls(conn) == (1, 1)

@@ -283,3 +283,89 @@ def test_a_job_moved_in_and_out_of_the_default_group_is_leased_once_in_order(
     assert [(j.run_id, j.queue, j.priority) for j in s.lease_many("h", NOW, TTL, 10)] == [
         ("b", "default", 5), ("a", "default", 0), ("c", "default", 0)]
     assert s.lease("h", NOW, TTL) is None
+
+
+def test_a_job_outside_the_default_group_due_exactly_now_is_leased_first(
+    jobs: JobStoreUnderTest,
+) -> None:
+    # In PostgreSQL one probe of the earliest dispatch_at outside the default group tells
+    # the lease whether to look beyond that group: a job due exactly now counts as due,
+    # one due a millisecond later does not, named queues or not.
+    s = jobs.store
+    s.schedule("d1", 1)
+    s.schedule("d2", 2)
+    s.schedule("d3", 3)
+    s.schedule("p-now", NOW, priority=5)
+    s.schedule("q-later", NOW + 1, queue="q", priority=9)
+    got = s.lease("h", NOW, TTL)
+    assert got is not None and got.run_id == "p-now"
+    got = s.lease("h", NOW, TTL, queues=["default", "q"])
+    assert got is not None and got.run_id == "d1"
+    assert s.lease("h", NOW, TTL, queues=["q"]) is None
+    assert s.lease_many("h", NOW, TTL, 5, queues=["q"]) == []
+    assert [j.run_id for j in s.lease_many("h", NOW + 1, TTL, 2, queues=["q", "default"])] == [
+        "q-later", "d2"]
+    assert [j.run_id for j in s.lease_many("h", NOW + 1, TTL, 5)] == ["d3"]
+
+
+def test_future_jobs_of_a_higher_priority_leave_the_default_groups_order_alone(
+    jobs: JobStoreUnderTest,
+) -> None:
+    # Future jobs outside the default group, in its queue and in others: the lease takes
+    # the default group's due jobs in order, then, once they are due, the others first.
+    s = jobs.store
+    for i in range(4):
+        s.schedule(f"d{i}", 10 - i)  # due at 10, 9, 8, 7: d3 first
+    s.schedule("f-prio", NOW + 100, priority=50)
+    s.schedule("f-queue", NOW + 50, queue="other", priority=-1)
+    assert s.lease("h", NOW, TTL, queues=["other"]) is None
+    assert [j.run_id for j in s.lease_many("h", NOW, TTL, 2)] == ["d3", "d2"]
+    got = s.lease("h", NOW, TTL, queues=["other", "default"])
+    assert got is not None and got.run_id == "d1"
+    assert [j.run_id for j in s.lease_many("h", NOW + 100, TTL, 5)] == ["f-prio", "d0",
+                                                                       "f-queue"]
+
+
+def test_a_live_lease_outside_the_default_group_keeps_the_order_and_the_pause(
+    jobs: JobStoreUnderTest,
+) -> None:
+    # A due job outside the default group under a live lease is not leasable, but it is
+    # due: the lease looks past the default group, and still honours a paused default
+    # queue and the lease order.
+    s = jobs.store
+    s.schedule("p1", 1, queue="q", priority=3)
+    held = s.lease("h", NOW, TTL)
+    assert held is not None and held.run_id == "p1"
+    s.schedule("d1", 2)
+    s.schedule("d2", 3)
+    s.schedule("p2", NOW + 10, queue="q", priority=3)
+    assert s.pause_queue("default") is True
+    assert s.lease("h", NOW, TTL) is None
+    assert s.lease_many("h", NOW, TTL, 5, queues=["default", "q"]) == []
+    assert s.resume_queue("default") is True
+    got = s.lease("h", NOW, TTL, queues=["default"])
+    assert got is not None and got.run_id == "d1"
+    assert [j.run_id for j in s.lease_many("h", NOW + 10, TTL, 5)] == ["p2", "d2"]
+
+
+def test_a_limited_default_queue_holds_beside_future_priority_jobs(
+    jobs: JobStoreUnderTest,
+) -> None:
+    # A concurrency limit on 'default' with no job outside the default group due: every
+    # lease naming 'default' keeps the limit; one naming other queues only takes none of
+    # the default queue's jobs.
+    s = jobs.store
+    for i in range(3):
+        s.schedule(f"d{i}", i + 1)
+    s.schedule("f1", NOW + 1, priority=7)
+    s.schedule("g1", NOW + 1, queue="g")
+    assert s.set_queue_concurrency("default", 1) is True
+    got = s.lease("h", NOW, TTL, queues=["default", "g"])
+    assert got is not None and got.run_id == "d0"
+    assert s.lease("h", NOW, TTL) is None
+    assert s.lease_many("h", NOW, TTL, 5) == []
+    assert s.lease_many("h", NOW, TTL, 5, queues=["g"]) == []
+    assert s.mark_dispatched("d0", "h", "bot").recorded is True
+    assert [j.run_id for j in s.lease_many("h", NOW, TTL, 5, queues=["default"])] == ["d1"]
+    assert [j.run_id for j in s.lease_many("h", NOW + 1, TTL, 5, queues=["g", "default"])] == [
+        "g1"]

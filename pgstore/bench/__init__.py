@@ -11,7 +11,10 @@ under ``.pgdata/bench``), inside that database, in schemas named
 4. ``peers``: the lease → mark-dispatched loop against procrastinate,
    pgqueuer (``pip install 'pgstore[bench]'``), graphile-worker and pg-boss
    (npm, into ``--cache``) with W worker processes;
-5. ``scale``: job_lease, claim_due and claim_next at 1,000 vs ``--scale-rows``;
+5. ``scale``: job_lease, claim_due and claim_next at 1,000 vs ``--scale-rows``,
+   and the server CPU of a lease call beside ``--scale-rows`` finished jobs and a
+   tenth as many future-dated priority jobs (``--scale-base-sql DIR``: also on
+   tables loaded from another ``sql/`` directory);
 6. ``hot``: HOT share and sizes after 100,000 claim/complete cycles;
 7. ``wakeup``: schedule → dispatch latency of an idle Dispatcher, and the
    cost of job_schedule's NOTIFY;
@@ -127,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-rows", type=_positive, help="big table rows (default 1000000)")
     p.add_argument("--scale-due", type=_positive,
                    help="small table rows / due jobs in the scale section (default 1000)")
+    p.add_argument("--scale-base-sql", type=Path, metavar="SQL_DIR",
+                   help="scale: also measure the lease_cpu cases on tables loaded from this"
+                        " sql/ directory (base), beside the current sql/")
     p.add_argument("--peer-jobs", type=_positive,
                    help="jobs per peer run, or of the first drain that sizes the runs when"
                         " --peer-seconds is above 0 (default 20000)")
@@ -189,7 +195,8 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
                  "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
-                 "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql"):
+                 "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql",
+                 "scale_base_sql"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

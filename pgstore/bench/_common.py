@@ -71,6 +71,9 @@ class Settings:
     #: Another sql/ directory: the queue-floor section's ``base_batch`` variant runs the
     #: batch path on a schema loaded from it, beside ``pgstore_batch`` (before and after).
     floor_base_sql: Path | None = None
+    #: Another sql/ directory: the scale section's lease_cpu cases also run on tables
+    #: loaded from it (base), beside the current sql/ (head).
+    scale_base_sql: Path | None = None
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

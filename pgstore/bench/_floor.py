@@ -112,8 +112,9 @@ def _bare_mark(s: str, table: str, key: str) -> str:
             f" WHERE id = ANY (%b::{key}[]) AND holder = %s AND status = 1")
 
 
-#: The UPDATE of job_lease_many (sql/22_job_batches.sql), its variables as parameters:
-#: holder, until, limit bound where the function binds p_holder, v_until, p_limit and v_now.
+#: The UPDATE of job_lease_many (job_lease_default, sql/22_job_batches.sql), its variables
+#: as parameters: holder, until, limit bound where it binds p_holder, p_until, p_limit and
+#: p_now.
 def _pg_lease_update(s: str) -> str:
     return f"""
 UPDATE {s}.jobs j

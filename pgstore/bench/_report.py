@@ -89,6 +89,14 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
         if batch:
             out.append(_target(f"lease_many+mark_many per job, head / {batch['before_revision']}",
                                batch["ratio"]["median"], "<=", 1.1))
+        lease_cpu = scale.get("lease_cpu")
+        if lease_cpu:
+            big = lease_cpu["tables"]["big"]
+            for case, c in lease_cpu["head"].items():
+                out.append(_target(
+                    f"{case} server CPU with {big['finished']:,} finished and "
+                    f"{big['future_priority']:,} future priority jobs / due jobs alone",
+                    c["ratio"]["median"], "<=", 1.1))
     hot = results.get("hot")
     if hot:
         out.append(_target("claims HOT share", hot["claims_hot_share"]["ratio"], ">=", 0.95))
@@ -255,6 +263,8 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         out.append((f"Scale: {scale['small_rows']:,} vs {scale['big_rows']:,} rows",
                     ["case", f"at {scale['small_rows']:,}", f"at {scale['big_rows']:,}",
                      "ratio"], rows))
+        if scale.get("lease_cpu"):
+            out.append(_lease_cpu_table(scale["lease_cpu"]))
     hot = results.get("hot")
     if hot:
         rows = []
@@ -332,6 +342,30 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                      "p99 (s)", "max (s)", "CPU µs/job (workers + server)", "exactly once"],
                     _burst_rows(burst)))
     return out
+
+
+def _lease_cpu_table(lc: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    """The scale section's lease_cpu cases: each table's cost a call, and the ratios."""
+    tables = lc["tables"]
+
+    def shape(name: str) -> str:
+        t = tables[name]
+        return f"{t['due']:,} due + {t['finished']:,} finished + {t['future_priority']:,} future"
+
+    rows = []
+    for kind in ("base", "head"):
+        for case, c in (lc.get(kind) or {}).items():
+            row = [f"{case} ({kind})", _us(c["plain_us"]), _us(c["shape_us"]), _us(c["big_us"]),
+                   _x(c["ratio_shape"]), _x(c["ratio"])]
+            if "head_over_base" in lc:
+                row.append(_x(lc["head_over_base"][case]["big"]) if kind == "head" else "")
+            rows.append(row)
+    head = ["case", "plain", f"shape ({shape('shape')})", f"big ({shape('big')})",
+            "shape / plain", "big / plain"]
+    if "head_over_base" in lc:
+        head.append("big: head / base")
+    return (f"Lease cost beside future priority jobs: {lc['unit']}, {lc['calls_per_repeat']} "
+            f"calls a repeat; p_queues {lc['queues']} in the _queues cases", head, rows)
 
 
 def _floor_table(floor: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:

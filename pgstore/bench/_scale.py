@@ -13,7 +13,27 @@
 * ``schedule_claim_due`` by a random id among ``scale_due`` schedules and
   among ``scale_rows``;
 * ``schedule_claim_next(100)`` at both sizes, with ``p_ids`` (what a
-  scheduler passes: ``scale_due`` ids of its own) and without.
+  scheduler passes: ``scale_due`` ids of its own) and without;
+* ``lease_cpu`` (issue 25, "Fast and flat"): the server CPU of a lease call
+  (``/proc/<backend pid>/schedstat`` read around it; the client's wall time
+  beside it), ``job_lease`` and ``job_lease_many(10)``, each with ``p_queues``
+  NULL (every queue) and with a list (``LEASE_QUEUES``), on three tables:
+  ``plain`` (``scale_due`` due jobs and nothing else), ``shape`` (the same
+  with ``scale_due`` finished jobs and ``scale_due // 10`` future-dated jobs at
+  priority 10: the big table's shape at the small size) and ``big``
+  (``scale_rows`` finished jobs and ``scale_rows // 10`` future-dated priority
+  jobs beside the due ones). Each call's jobs are given back, untimed, by an
+  UPDATE that clears their lease (a HOT update: no index changes), so every
+  table keeps its shape call after call (a mark and new jobs would grow the
+  plain table's history, repeat after repeat); the tables are vacuumed between
+  repeats (their autovacuum off, so no table is vacuumed in the middle of a
+  repeat). The calls go round the tables one by one, the order turned each
+  time. A
+  repeat's figure is the median of its calls (on a shared server a call that
+  rebuilds its caches after another session's DDL costs ten times the
+  others). The ratios are big (and shape) over plain, per repeat; ``--scale-base-sql DIR``
+  measures the same on tables loaded from another ``sql/`` directory beside
+  them (before and after a change, in one process).
 
 The big tables are filled with ``INSERT ... SELECT generate_series`` straight
 into the store's tables (a benchmark shortcut for a million ``register`` /
@@ -25,7 +45,10 @@ variant back to back; the ratio is big over small, per repeat.
 from __future__ import annotations
 
 import random
+import statistics
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pgstore.bench._common import (
@@ -38,6 +61,7 @@ from pgstore.bench._common import (
     schema_name,
 )
 from pgstore.bench._common import summary as summarize
+from pgstore.bench._floor import backend_sched_ns
 
 NOW = 10**13
 LEASE_MS = 500
@@ -88,11 +112,12 @@ BATCH = 100
 
 
 class Variant:
-    def __init__(self, cfg: Settings, part: str, revision: str | None = None) -> None:
+    def __init__(self, cfg: Settings, part: str, revision: str | None = None,
+                 sql_dir: Path | None = None) -> None:
         self.schema = schema_name(part)
         self.s = ident(self.schema)
         if revision is None:
-            fresh_store_schema(cfg.dsn, self.schema)
+            fresh_store_schema(cfg.dsn, self.schema, sql_dir)
         else:
             from pgstore.schema.migrations import migrate
 
@@ -261,10 +286,180 @@ def run_scale(cfg: Settings) -> dict[str, Any]:
             "future_priority_jobs": max(big // 10, 1),
             "plans": plans,
             "sizes": sizes,
+            "lease_cpu": run_lease_cpu(cfg),
         }
     finally:
         for v in variants.values():
             v.close()
+
+
+# --- lease_cpu: the server CPU of a lease call beside future priority jobs (issue 25) ---
+
+#: What the list cases pass as p_queues: the default queue and one with no job.
+LEASE_QUEUES = ["default", "other"]
+#: Jobs a job_lease_many call of the lease_cpu cases takes.
+LEASE_MANY = 10
+#: The lease_cpu cases: (name, p_queues, jobs a call: None for job_lease).
+LEASE_CASES: tuple[tuple[str, list[str] | None, int | None], ...] = (
+    ("job_lease", None, None),
+    ("job_lease_queues", LEASE_QUEUES, None),
+    ("job_lease_many_10", None, LEASE_MANY),
+    ("job_lease_many_10_queues", LEASE_QUEUES, LEASE_MANY),
+)
+#: The lease_cpu tables: plain (due jobs only), shape (the big table's shape at the
+#: small size), big.
+LEASE_TABLES = ("plain", "shape", "big")
+
+
+class LeaseTable:
+    """A jobs table of the lease_cpu cases: ``due`` due jobs, ``finished`` dispatched
+    ones (due before them, finished_at set) and ``future`` jobs at priority 10 due after
+    NOW; each lease call's jobs are given back (lease cleared, attempts 0) by an
+    untimed UPDATE."""
+
+    def __init__(self, cfg: Settings, part: str, sql_dir: Path | None) -> None:
+        self.v = Variant(cfg, part, sql_dir=sql_dir)
+        self.pid = int(self.v.conn.info.backend_pid)
+
+    def fill(self, due: int, finished: int, future: int) -> None:
+        conn, s = self.v.conn, self.v.s
+        conn.execute(f"ALTER TABLE {s}.jobs SET (autovacuum_enabled = false)".encode())
+        if finished:
+            conn.execute(
+                f"INSERT INTO {s}.jobs (run_id, dispatch_at, lease_holder, lease_until,"
+                f" worker_id, dispatched, lease_sequence, attempts, finished_at)"
+                f" SELECT 'h-' || lpad(i::text, 8, '0'), i, 'old', i + 30000, 'w', true, 1, 1,"
+                f" i + 1000 FROM generate_series(1, {finished}) i".encode())
+        conn.execute(
+            f"INSERT INTO {s}.jobs (run_id, dispatch_at) SELECT 'd-' || lpad(i::text, 8, '0'),"
+            f" {finished} + i FROM generate_series(1, {due}) i".encode())
+        if future:
+            conn.execute(
+                f"INSERT INTO {s}.jobs (run_id, dispatch_at, priority)"
+                f" SELECT 'f-' || lpad(i::text, 8, '0'), {NOW} + i, 10"
+                f" FROM generate_series(1, {future}) i".encode())
+        conn.execute(f"VACUUM (ANALYZE) {s}.jobs".encode())
+
+    def call(self, queues: list[str] | None, many: int | None) -> tuple[int | None, int]:
+        """One lease call: (server CPU ns, None when /proc does not show the server's CPU:
+        another machine; client wall ns); then, untimed, the jobs it leased given back."""
+        conn, s = self.v.conn, self.v.s
+        if many is None:
+            lease = f"SELECT run_id FROM {s}.job_lease('bench', %s, 60000, %s)"
+            args: tuple[Any, ...] = (NOW, queues)
+        else:
+            lease = f"SELECT run_id FROM {s}.job_lease_many('bench', %s, 60000, %s, %s)"
+            args = (NOW, many, queues)
+        c0 = backend_sched_ns(self.pid)
+        w0 = time.perf_counter_ns()
+        got = [str(r[0]) for r in conn.execute(lease, args).fetchall()]
+        wall = time.perf_counter_ns() - w0
+        c1 = backend_sched_ns(self.pid)
+        assert len(got) == (many or 1) and all(r.startswith("d-") for r in got), got
+        # Given back in one UPDATE (HOT: no indexed column changes): the table keeps its
+        # shape, call after call.
+        conn.execute(f"UPDATE {s}.jobs SET lease_holder = NULL, lease_until = NULL,"
+                     f" attempts = 0 WHERE run_id = ANY (%s)", (got,))
+        return (None if c0 is None or c1 is None else c1 - c0), wall
+
+    def vacuum(self) -> None:
+        self.v.conn.execute(f"VACUUM {self.v.s}.jobs".encode())
+
+    def close(self) -> None:
+        self.v.close()
+
+
+def run_lease_cpu(cfg: Settings) -> dict[str, Any]:
+    """The lease_cpu cases (the module's docstring): per case and table, the server CPU
+    µs per call; the ratios big / plain and shape / plain, per repeat."""
+    due, big = cfg.scale_due, cfg.scale_rows
+    shapes = {"plain": (due, 0, 0), "shape": (due, due, max(due // 10, 1)),
+              "big": (due, big, max(big // 10, 1))}
+    kinds: dict[str, Path | None] = {"head": None}
+    if cfg.scale_base_sql is not None:
+        kinds["base"] = cfg.scale_base_sql
+    tables: dict[tuple[str, str], LeaseTable] = {}
+    try:
+        for kind, sql_dir in kinds.items():
+            for name in LEASE_TABLES:
+                tables[kind, name] = LeaseTable(cfg, f"lease_{kind}_{name}", sql_dir)
+        cfg.log(f"  scale: lease_cpu, filling {len(tables)} tables (generate_series)...")
+        for (_, name), table in tables.items():
+            table.fill(*shapes[name])
+        tables["head", "plain"].v.conn.execute(b"CHECKPOINT")
+        measured = backend_sched_ns(tables["head", "plain"].pid) is not None
+        n = max(cfg.calls // 2, 5)
+        order = list(tables)
+        # One untimed round first: plans, caches.
+        for key in order:
+            for _, queues, many in LEASE_CASES:
+                for _ in range(3):
+                    tables[key].call(queues, many)
+        raw: dict[tuple[str, str, str], list[float]] = {}
+        wall: dict[tuple[str, str, str], list[float]] = {}
+        for rep in range(cfg.repeats):
+            for table in tables.values():
+                # A VACUUM invalidates the plans cached on the table: one untimed call of
+                # each case plans them again, so that no case pays it for the others.
+                table.vacuum()
+                for _, queues, many in LEASE_CASES:
+                    table.call(queues, many)
+            for case, queues, many in LEASE_CASES:
+                cpu: dict[tuple[str, str], list[int]] = {key: [] for key in order}
+                took: dict[tuple[str, str], list[int]] = {key: [] for key in order}
+                # Call by call across the tables (the order turned every call), so that
+                # drift on a shared machine falls on every table alike.
+                for i in range(n):
+                    for key in (order if (rep + i) % 2 == 0 else order[::-1]):
+                        c, w = tables[key].call(queues, many)
+                        if c is not None:
+                            cpu[key].append(c)
+                        took[key].append(w)
+                for kind, name in order:
+                    w_us = statistics.median(took[kind, name]) / 1000
+                    c_us = statistics.median(cpu[kind, name]) / 1000 if measured else w_us
+                    raw.setdefault((kind, case, name), []).append(c_us)
+                    wall.setdefault((kind, case, name), []).append(w_us)
+            cfg.log(f"  scale: lease_cpu repeat {rep + 1}/{cfg.repeats} done")
+
+        def ratios(kind: str, case: str, name: str) -> dict[str, Any]:
+            return summarize([y / x for x, y in zip(raw[kind, case, "plain"],
+                                                    raw[kind, case, name], strict=True)])
+
+        out: dict[str, Any] = {
+            "unit": ("server CPU us per call (schedstat, median of the calls)" if measured
+                     else "wall us per call (median of the calls; no /proc view of the server)"),
+            "server_cpu": measured,
+            "calls_per_repeat": n,
+            "queues": LEASE_QUEUES,
+            "many": LEASE_MANY,
+            "tables": {name: {"due": d, "finished": f, "future_priority": p}
+                       for name, (d, f, p) in shapes.items()},
+        }
+        for kind in kinds:
+            out[kind] = {
+                case: {
+                    **{f"{name}_us": summarize(raw[kind, case, name]) for name in LEASE_TABLES},
+                    **{f"{name}_wall_us": summarize(wall[kind, case, name])
+                       for name in LEASE_TABLES},
+                    "ratio": ratios(kind, case, "big"),
+                    "ratio_shape": ratios(kind, case, "shape"),
+                }
+                for case, _, _ in LEASE_CASES
+            }
+        if "base" in kinds:
+            out["base_sql"] = str(cfg.scale_base_sql)
+            out["head_over_base"] = {
+                case: {name: summarize([y / x for x, y in zip(raw["base", case, name],
+                                                              raw["head", case, name],
+                                                              strict=True)])
+                       for name in LEASE_TABLES}
+                for case, _, _ in LEASE_CASES
+            }
+        return out
+    finally:
+        for table in tables.values():
+            table.close()
 
 
 def _call_plan(v: Variant) -> list[str]:

@@ -34,6 +34,7 @@ JOB_GET = Function("job_get", ("text",))
 JOB_HISTORY_ADVANCE = Function("job_history_advance", ())
 JOB_HISTORY_FORGET = Function("job_history_forget", ("bigint[]", "boolean[]"))
 JOB_LEASE = Function("job_lease", ("text", "bigint", "bigint", "text[]"))
+JOB_LEASE_DEFAULT = Function("job_lease_default", ("text", "bigint", "bigint", "integer"))
 JOB_LEASE_DUE = Function("job_lease_due", ("bigint", "text[]"))
 JOB_LEASE_GROUPS = Function("job_lease_groups", ("text[]",))
 JOB_LEASE_MANY = Function("job_lease_many", ("text", "bigint", "bigint", "integer", "text[]"))
@@ -127,6 +128,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_HISTORY_ADVANCE, security_definer=False, volatility="volatile"),
     Definition(JOB_HISTORY_FORGET, security_definer=False, volatility="volatile"),
     Definition(JOB_LEASE, security_definer=True, volatility="volatile"),
+    Definition(JOB_LEASE_DEFAULT, security_definer=False, volatility="volatile"),
     Definition(JOB_LEASE_DUE, security_definer=False, volatility="stable"),
     Definition(JOB_LEASE_GROUPS, security_definer=False, volatility="stable"),
     Definition(JOB_LEASE_MANY, security_definer=True, volatility="volatile"),

@@ -88,19 +88,23 @@ def without_marks(found: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tup
 #: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history),
 #: schedule_due_at (immutable SQL: the expression of the generated schedules.due_at),
 #: and the queues' check_payload, check_queues and the lease's job_lease_groups,
-#: job_lease_due and job_lease_take (plpgsql and sql: job_lease and job_lease_many call them).
+#: job_lease_due, job_lease_take and job_lease_default (plpgsql and sql: job_lease and
+#: job_lease_many call them).
 INLINED_HELPERS = frozenset(
     {"now_ms", "raise_invalid", "check_name", "check_positive", "check_present",
      "check_one_of", "check_length", "check_now", "check_lease", "check_sequence",
      "check_primary", "raise_standby", "token_floor_at", "raise_no_epoch", "batch_max",
      "check_run_ids", "check_same_length", "check_lease_sequences", "job_history_advance",
      "job_history_forget", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
-     "job_lease_due", "job_lease_take", "queue_limit_max", "queue_slot_free",
+     "job_lease_due", "job_lease_take", "job_lease_default", "queue_limit_max", "queue_slot_free",
      "check_queue_limit", "queue_limits_reserve", "queue_limits_fill", "queue_limits_keep",
      "queue_limits_caps", "queue_limits_wants"}
 )
 
-#: The one helper with a SET clause (a helper runs as its caller, on the caller's pinned
-#: path): job_lease_due, plpgsql, whose LIMIT 1 probes are planned once per session.
-HELPER_CONFIG: dict[str, list[str]] = {"job_lease_due": ["plan_cache_mode=force_generic_plan"]}
+#: The helpers with a SET clause (a helper runs as its caller, on the caller's pinned
+#: path): job_lease_due, plpgsql, whose LIMIT 1 probes are planned once per session, and
+#: job_lease_default, plpgsql, job_lease_many's walk of the default group, likewise.
+HELPER_CONFIG: dict[str, list[str]] = {
+    "job_lease_due": ["plan_cache_mode=force_generic_plan"],
+    "job_lease_default": ["plan_cache_mode=force_generic_plan"]}
 
