@@ -51,10 +51,15 @@ CREATE INDEX jobs_pending_by_queue ON jobs (queue, priority DESC, dispatch_at, r
 -- lease whether any job outside the default group is due, so that when none is
 -- (future jobs of a higher priority, or a paused queue's backlog not yet due)
 -- the lease is the default group's walk alone, as in a table without them. It
--- adds an entry only where jobs_pending_by_queue does (the same predicate): a
--- default-group job never touches it.
+-- adds an entry only where jobs_pending_by_queue does (the same jobs): a
+-- default-group job never touches it. "failed IS NOT TRUE" (the same as NOT
+-- failed on this NOT NULL column) is written so that the probe, which says it
+-- too, implies this index's predicate and not jobs_pending_by_queue's: the
+-- planner cannot answer the probe by reading that index whole and sorting,
+-- which it did pick while the statistics showed no job outside the default
+-- group (both plans then cost the same).
 CREATE INDEX jobs_pending_others_by_dispatch_at ON jobs (dispatch_at)
-    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+    WHERE NOT dispatched AND NOT cancelled AND failed IS NOT TRUE
       AND (queue <> 'default' OR priority <> 0);
 
 -- What job_purge walks: finished jobs only, oldest first. Leases never change

@@ -690,7 +690,7 @@ BEGIN
     -- job_lease_due.
     SELECT coalesce((SELECT true
                        FROM jobs c
-                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND c.failed IS NOT TRUE
                         AND (c.queue <> 'default' OR c.priority <> 0)
                         AND c.dispatch_at <= v_now
                       ORDER BY c.dispatch_at DESC

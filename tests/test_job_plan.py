@@ -412,6 +412,38 @@ def test_the_probe_for_other_due_jobs_reads_a_few_entries_of_its_index(
         assert buffers < MAX_BUFFERS, f"{buffers} shared buffers for the probe:\n{plan}"
 
 
+@pytest.mark.parametrize("plan_kind", ["custom", "generic"])
+@pytest.mark.parametrize("function", sorted(LEASERS))
+def test_the_probe_keeps_its_index_while_the_statistics_know_no_other_job(
+    conn: psycopg.Connection[Any], function: str, plan_kind: str
+) -> None:
+    """Statistics taken while every pending job was in the default group, then 2,000
+    due jobs in another queue (the first use of queues, before autovacuum analyses
+    them): the probe still reads its own index from now backwards. With the two
+    indexes' predicates alike, both plans cost the same under such statistics, and the
+    planner picked jobs_pending_by_queue read whole and sorted in one ANALYZE sample of
+    three or so; the probe's ``failed IS NOT TRUE`` leaves it no other index. Five
+    samples of the history, each a fresh ANALYZE."""
+    probe = probe_statement(conn, function)
+    for sample in range(5):
+        conn.execute("SAVEPOINT sample")
+        conn.execute("ANALYZE jobs")
+        conn.execute(
+            "INSERT INTO jobs (run_id, dispatch_at, queue, priority) SELECT 'other-' || g,"
+            " g, 'other', 5 FROM generate_series(1, 2000) AS g")
+        if plan_kind == "custom":
+            to_explain = with_literals(conn, probe)
+        else:
+            to_explain = prepare_generic(conn, f"probe_sample_{sample}", probe)
+        plan = explain(conn, "ANALYZE, BUFFERS, TIMING false", to_explain)["Plan"]
+        assert plan["Actual Rows"] == 1, f"the probe's answer:\n{plan}"
+        assert any(n.get("Index Name") == OTHERS_INDEX for n in nodes(plan)), (
+            f"sample {sample}: the probe does not use {OTHERS_INDEX}:\n{plan}")
+        assert not any(n["Node Type"] == "Sort" for n in nodes(plan)), (
+            f"sample {sample}: the probe sorts:\n{plan}")
+        conn.execute("ROLLBACK TO SAVEPOINT sample")
+
+
 def helper_calls(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """job_lease_due's and job_lease_take's calls so far in this transaction."""
     row = conn.execute(

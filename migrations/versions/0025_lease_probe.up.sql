@@ -2,9 +2,10 @@
 
 -- The pending jobs outside the default group again, by dispatch_at alone: what
 -- the lease's probe reads (one read of the jobs table to build it). The
--- functions below use it.
+-- functions below use it. "failed IS NOT TRUE", which the probe says too, keeps
+-- the probe from being planned on jobs_pending_by_queue and a sort (sql/20_jobs.sql).
 CREATE INDEX jobs_pending_others_by_dispatch_at ON jobs (dispatch_at)
-    WHERE NOT dispatched AND NOT cancelled AND NOT failed
+    WHERE NOT dispatched AND NOT cancelled AND failed IS NOT TRUE
       AND (queue <> 'default' OR priority <> 0);
 
 COMMENT ON INDEX jobs_pending_others_by_dispatch_at IS
@@ -204,7 +205,7 @@ BEGIN
     -- job_lease_due.
     SELECT coalesce((SELECT true
                        FROM jobs c
-                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND c.failed IS NOT TRUE
                         AND (c.queue <> 'default' OR c.priority <> 0)
                         AND c.dispatch_at <= v_now
                       ORDER BY c.dispatch_at DESC
@@ -396,7 +397,7 @@ BEGIN
     -- job_lease_due.
     SELECT coalesce((SELECT true
                        FROM jobs c
-                      WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                      WHERE NOT c.dispatched AND NOT c.cancelled AND c.failed IS NOT TRUE
                         AND (c.queue <> 'default' OR c.priority <> 0)
                         AND c.dispatch_at <= v_now
                       ORDER BY c.dispatch_at DESC
