@@ -302,6 +302,49 @@ def test_stop_abandons_a_dispatch_past_the_grace_period() -> None:
     assert d.abandoned
 
 
+class HangingMarks(MemoryJobStore):
+    """A memory store whose marks wait (in their worker thread) until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.marks_out = 0
+
+    def mark_dispatched(self, *args: Any, **kw: Any) -> Any:
+        self.marks_out += 1
+        self.go.wait(30)
+        return super().mark_dispatched(*args, **kw)
+
+    def mark_dispatched_many(self, *args: Any, **kw: Any) -> Any:
+        self.marks_out += 1
+        self.go.wait(30)
+        return super().mark_dispatched_many(*args, **kw)
+
+
+def test_stop_abandons_runs_whose_mark_has_no_answer_by_the_end_of_the_grace_period() -> None:
+    """A run waits for its mark's answer with no task of its own: a stop whose grace
+    period ends first abandons it all the same (no recall, no longer running), and
+    the mark already sent may still commit, as a single call would."""
+    store, clock, provider = HangingMarks(), FakeClock(1_000), Provider()
+    for n in range(3):
+        store.schedule(f"h{n}", 0)
+    d = _dispatcher(store, clock, provider, grace_period=0.2, poll_interval=0.05)
+
+    async def main() -> None:
+        runner = asyncio.ensure_future(d.run(handle_signals=False))
+        try:
+            await until("the marks sent", lambda: store.marks_out > 0, timeout=20)
+            assert d.running == 3
+            d.stop()
+            await asyncio.wait_for(runner, 5)
+        finally:
+            store.go.set()
+
+    run(main())
+    assert d.abandoned and d.running == 0
+    assert len(provider.sent) == 3 and provider.recalled == []
+
+
 def test_a_full_dispatcher_leases_again_as_its_runs_end_not_at_its_next_poll() -> None:
     """Concurrency 2, six due jobs, a poll interval of a minute: the end of the first
     runs wakes it, so all six go long before the first poll would have come."""

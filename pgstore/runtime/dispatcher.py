@@ -78,6 +78,7 @@ reaches the database only through the protocols of ``pgstore.protocols``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -98,6 +99,7 @@ from pgstore.runtime.mark import Marker, RecallFn
 from pgstore.runtime.purge import PURGE_BATCH, PURGE_INTERVAL, Purger
 from pgstore.runtime.redact import RedactError, redact_secrets
 from pgstore.runtime.release import Backoff, Releaser
+from pgstore.runtime.run import JobRun, Parts
 from pgstore.runtime.stores import as_async_job_store
 from pgstore.runtime.wake import Wake
 
@@ -201,6 +203,7 @@ class Dispatcher(Runtime):
         self._marker = Marker(jobs, self, recall=recall, releaser=self._releaser,
                               batch_size=self.batch_size, mark_timeout=self.mark_timeout)
         self._wakeups = Wake(store, listen, self.wake, self.poll_interval, self)
+        self._parts = Parts(self, self._provider, self._marker, self._releaser, self._ended)
 
     @property
     def holder(self) -> str:
@@ -245,8 +248,22 @@ class Dispatcher(Runtime):
             read = [self._leaser.leased_at(job) for job in jobs]
             now = await self.now() if None in read else 0  # a store with no lease end
             times = [now if t is None else t for t in read]
-        run = self._traced_run if tracing.recording() else self._run  # once for the call
-        return [run(job, t, keepers) for job, t in zip(jobs, times, strict=True)]
+        if tracing.recording():  # once for the call: a task a job, around its span
+            return [self._traced_run(job, t, keepers)
+                    for job, t in zip(jobs, times, strict=True)]
+        parts, loop = self._parts, asyncio.get_running_loop()
+        return [JobRun(parts, job, t, keepers, loop) for job, t in zip(jobs, times, strict=True)]
+
+    def _start(self, pieces: list[Any]) -> None:
+        """Start the runs ``_claim`` made (``pgstore.runtime.run``: each ends itself), or
+        the tasks of traced ones."""
+        if not pieces or not isinstance(pieces[0], JobRun):
+            super()._start(pieces)
+            return
+        running = self._running
+        for run in pieces:
+            running.add(run)
+            run.start()
 
     async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
         """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""
@@ -259,8 +276,10 @@ class Dispatcher(Runtime):
             tracing.finish(span, await self._run(job, leased_at, keepers))
 
     async def _run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> str:
-        """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
-        or ``released``). The job's lease is kept from here until the mark's answer."""
+        """Dispatch, mark, and recall when needed, in one task (the traced runs; the
+        others go through ``pgstore.runtime.run``, step for step the same); what happened
+        (``Complete``'s outcome, or ``released``). The job's lease is kept from here until
+        the mark's answer."""
         if self.events_active:
             self.emit(Dispatch(runtime="dispatcher", owner=self.owner,
                                subject=job.run_id, token=job.lease_sequence,
