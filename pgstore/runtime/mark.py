@@ -63,6 +63,7 @@ class Marker:
         self.recall = recall
         self._releaser = releaser
         self.mark_timeout = mark_timeout
+        self._log_info = True  # asked again at each mark call (``_mark_many``)
         # A batch refused as a whole for a bad argument (which changed nothing) is split
         # until the bad job alone gets the refusal: one bad job never costs the others.
         self._marks: Batcher[tuple[Job, str | None], MarkResult] = Batcher(
@@ -121,7 +122,8 @@ class Marker:
             return False
         if self._host.events_active:
             self._completed(job, "completed", attempts, worker_id)
-        log.info("%s: dispatched %s to %s", self._host.owner, job.run_id, worker_id)
+        if self._log_info:
+            log.info("%s: dispatched %s to %s", self._host.owner, job.run_id, worker_id)
         return True
 
     async def settle(self, job: Job, worker_id: str | None, answer: Answer) -> str:
@@ -234,6 +236,8 @@ class Marker:
         """One ``mark_dispatched_many`` for the marks the runs submitted meanwhile
         (``mark_dispatched`` itself for one)."""
         holder = self._host.owner
+        # Whether ``completed`` logs each job: asked once a call, not once a job.
+        self._log_info = log.isEnabledFor(logging.INFO)
         if len(marks) == 1:
             job, worker_id = marks[0]
             return [await self._jobs.mark_dispatched(job.run_id, holder, worker_id,

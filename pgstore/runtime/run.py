@@ -62,7 +62,7 @@ class Parts:
         self.ended = ended
 
 
-class JobRun(asyncio.Future[None]):
+class JobRun(asyncio.Future[Any]):
     """One leased job's run (see the module's doc): done when the run is over,
     cancelled when ``cancel()`` cut it short."""
 
@@ -129,31 +129,43 @@ class JobRun(asyncio.Future[None]):
             self._worker_id = worker_id
             self._give_up_at = time.monotonic() + marker.mark_timeout
             self._task = None  # from here until the answer, no task
-            marker.put(job, worker_id, _Marking(self))
+            marker.put(job, worker_id, self)  # its answer: ``set_result``, ``set_exception``
         except BaseException as exc:
             self._failed(exc)
             raise
 
-    def _marked(self, mark: MarkResult) -> None:
+    # The run is its mark's waiter in the batch (``Batcher.put``): the batch's answer for
+    # its job comes as ``set_result`` (or ``set_exception``), called at once in the
+    # batcher's task (``done()``: a run cut short is left out of a batch not yet sent).
+    # The run's own end goes through ``_end``. Neither raises into the batcher: a
+    # failure here is logged and ends the run.
+
+    def set_result(self, mark: MarkResult, /) -> None:
         """The mark's answer: the common one ends the run here; any other is settled
         (recall, release) in a task."""
         if self.done():  # cancelled meanwhile: the answer goes unread
             return
-        self._keepers.done(self.job)
-        answer: Answer = (mark, 1, None)
-        if self._parts.marker.completed(self.job, self._worker_id, answer):
-            self._end()
-            return
-        self._task = self.get_loop().create_task(self._settle(None, answer))
+        try:
+            self._keepers.done(self.job)
+            answer: Answer = (mark, 1, None)
+            if self._parts.marker.completed(self.job, self._worker_id, answer):
+                self._end()
+                return
+            self._task = self.get_loop().create_task(self._settle(None, answer))
+        except Exception as exc:
+            self._broken(exc)
 
-    def _mark_failed(self, exc: BaseException) -> None:
+    def set_exception(self, exception: type | BaseException, /) -> None:
         """The mark's first attempt failed: retried (and settled) in a task."""
         if self.done():
             return
-        if not isinstance(exc, Exception):  # not a failure of the call: as a cancel
-            self.cancel()
-            return
-        self._task = self.get_loop().create_task(self._settle(exc, None))
+        try:
+            if not isinstance(exception, Exception):  # not a failure of the call: as a cancel
+                self.cancel()
+                return
+            self._task = self.get_loop().create_task(self._settle(exception, None))
+        except Exception as exc:
+            self._broken(exc)
 
     async def _settle(self, failed: Exception | None, answer: Answer | None) -> None:
         """After the first attempt of the mark: its retries when it ``failed`` (the lease
@@ -183,6 +195,11 @@ class JobRun(asyncio.Future[None]):
             self._keepers.done(self.job)
             self._end(cancelled=True)
 
+    def _broken(self, exc: Exception) -> None:
+        log.error("%s: the run of %s failed after its mark", self._parts.host.owner,
+                  self.job.run_id, exc_info=exc)
+        self._failed(exc)
+
     def _end(self, *, cancelled: bool = False) -> None:
         if self.done():
             return
@@ -190,40 +207,6 @@ class JobRun(asyncio.Future[None]):
         if cancelled:
             super().cancel()
         else:
-            self.set_result(None)
+            super().set_result(None)
         self._parts.ended(self)
 
-
-class _Marking:
-    """A run's waiter in the batch of marks (``Batcher.put``): the batch's answer for
-    the run's job, handed to the run at once. Never raises into the batcher: a failure
-    here is logged and ends the run."""
-
-    __slots__ = ("run",)
-
-    def __init__(self, run: JobRun) -> None:
-        self.run = run
-
-    def done(self) -> bool:
-        return self.run.done()  # a run cut short is left out of a batch not yet sent
-
-    def set_result(self, mark: MarkResult, /) -> None:
-        try:
-            self.run._marked(mark)
-        except Exception:
-            self._broken()
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        try:
-            self.run._mark_failed(exception)
-        except Exception:
-            self._broken()
-
-    def cancel(self) -> bool:
-        return self.run.cancel()
-
-    def _broken(self) -> None:
-        run = self.run
-        log.exception("%s: the run of %s failed after its mark", run._parts.host.owner,
-                      run.job.run_id)
-        run._failed(RuntimeError("the run failed after its mark"))
