@@ -82,7 +82,7 @@ def integer_list(param: str, value: object) -> None:
         raise InvalidArgument(f"{param} must be a list of integers, not {type(value).__name__}")
     # The common case checked at C speed: only ints (no bool, no None) within bigint.
     if value and set(map(type, value)) == {int} and (
-            BIGINT_MIN <= min(value) and max(value) <= BIGINT_MAX):
+            min(value) >= BIGINT_MIN and max(value) <= BIGINT_MAX):
         return
     for item in value:
         integer(param, item)

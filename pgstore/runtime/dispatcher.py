@@ -245,7 +245,8 @@ class Dispatcher(Runtime):
         if at is not None:
             times = [at] * len(jobs)
         else:  # each job's lease time, read back from its lease's end
-            read = [self._leaser.leased_at(job) for job in jobs]
+            leased_at = self._leaser.leased_at
+            read = [leased_at(job) for job in jobs]
             now = await self.now() if None in read else 0  # a store with no lease end
             times = [now if t is None else t for t in read]
         if tracing.recording():  # once for the call: a task a job, around its span
@@ -261,9 +262,10 @@ class Dispatcher(Runtime):
             super()._start(pieces)
             return
         running = self._running
+        direct = asyncio.get_running_loop().get_task_factory() is None
         for run in pieces:
             running.add(run)
-            run.start()
+            run.start(direct)
 
     async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
         """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""

@@ -81,9 +81,13 @@ class JobRun(asyncio.Future[Any]):
         self._worker_id: str | None = None
         self._give_up_at = 0.0  # when the retries of a failed mark stop (monotonic)
 
-    def start(self) -> None:
-        """Start the run: its dispatch, in a task of its own."""
-        self._task = self.get_loop().create_task(self._dispatch())
+    def start(self, direct: bool) -> None:
+        """Start the run: its dispatch, in a task of its own. ``direct``: the loop has no
+        task factory, so the task is made as ``loop.create_task`` would make it, without
+        its checks (one call a job less)."""
+        coro = self._dispatch()
+        loop = self.get_loop()
+        self._task = asyncio.Task(coro, loop=loop) if direct else loop.create_task(coro)
 
     def cancel(self, msg: Any | None = None) -> bool:
         """Cut the run short (see the module's doc); False when it is over already."""
