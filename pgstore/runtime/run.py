@@ -115,13 +115,21 @@ class JobRun(asyncio.Future[Any]):
                                    dispatch_at=job.dispatch_at, now=self.leased_at,
                                    lateness_ms=self.leased_at - job.dispatch_at))
             self._keepers.watch(job)
+            provider = parts.provider  # ``await provider(job)``, in its parts
+            started = time.monotonic()
             try:
-                result = await parts.provider(job)
+                result = await provider.call(job)
+            except asyncio.CancelledError:
+                provider.abandoned(job, started)
+                raise
             except Exception as exc:
+                provider.ran(job, "error", started)
                 self._keepers.done(job)
                 await parts.releaser.retry_later(job, exc)
                 self._end()
                 return
+            if host.events_active:
+                provider.ran(job, "ok", started)
             worker_id = None if result is None else str(result)
             marker = parts.marker
             refused = marker.check(worker_id)
