@@ -59,7 +59,8 @@ Bursts (every bot of the 10:00 meetings due in the same second): the
 dispatcher leases one job per call while idle (``lease``: a wake-up costs what
 it always did) and, while every call comes back full, with ``lease_many``
 twice as many with each call up to ``batch_size``; the first short answer
-brings it back to one. Each leased job runs as its own asyncio task, at most
+brings it back to one. Each leased job is a run of its own
+(``pgstore.runtime.run``: its ``dispatch`` in an asyncio task of its own), at most
 ``concurrency`` at once, and waits for its own mark and renew answers, which
 are sent together (``mark_dispatched_many``, ``renew_many``, see
 ``pgstore.runtime.batcher``; one alone goes as ``mark_dispatched`` or
@@ -69,7 +70,8 @@ dispatch outlasts a third of the lease, so short dispatches cost no renew and
 no keeper task.
 
 The Dispatcher composes one part per job, each in its own module:
-``pgstore.runtime.lease`` (leasing, in growing calls), ``keep`` (renews, batched,
+``pgstore.runtime.lease`` (leasing, in growing calls), ``run`` (one job's run
+through the parts below), ``keep`` (renews, batched,
 and each job's keeper), ``dispatch`` (the provider call), ``mark`` (record, and
 recall), ``release`` (a failed dispatch back for a retry, ``Backoff``), ``purge``
 (retention) and ``wake`` (wake-ups, through the store's ``WakeupSource``). It
