@@ -98,6 +98,7 @@ class JobRun(asyncio.Future[Any]):
             # The task ends the run; one cancelled before its first step never runs it.
             task.add_done_callback(self._task_ended)
             return True
+        self._keepers.done(self.job)  # waiting for its mark: its lease no longer kept
         self._end(cancelled=True)
         return True
 
