@@ -431,6 +431,22 @@ def test_quick_bench_of_the_queue_floor(pgstore_database: str, tmp_path: Path) -
     assert "Queue floor: one process drains" in (tmp_path / "results.md").read_text()
 
 
+def test_queue_floor_drains_only_the_variants_asked_for(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """``--floor-variants dispatcher``: the Dispatcher's drain alone (its client CPU a
+    job, against the 15 µs target), no ratios without ``bare_text``."""
+    doc = _bench(pgstore_database, tmp_path, "--only", "queue-floor", "--floor-jobs", "600",
+                 "--floor-variants", "dispatcher", "--no-chart")
+    assert doc["errors"] == {}
+    floor = doc["results"]["queue-floor"]
+    assert floor["all_checks_ok"] and list(floor["variants"]) == ["dispatcher"]
+    (run,) = floor["variants"]["dispatcher"]["runs"]
+    assert run["jobs"] == 600 and run["left"] == 0 and _positive(run["client_cpu_us"])
+    assert floor["over_bare_text"] == {}
+    assert "Dispatcher client CPU a job" in (tmp_path / "results.md").read_text()
+
+
 def test_queue_floor_drains_the_batch_path_of_another_sql_directory_beside_its_own(
     pgstore_database: str, tmp_path: Path
 ) -> None:

@@ -302,6 +302,66 @@ def test_stop_abandons_a_dispatch_past_the_grace_period() -> None:
     assert d.abandoned
 
 
+class HangingMarks(MemoryJobStore):
+    """A memory store whose marks wait (in their worker thread) until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.marks_out = 0
+        self.renews = 0
+
+    def renew(self, *args: Any, **kw: Any) -> Any:
+        self.renews += 1
+        return super().renew(*args, **kw)
+
+    def renew_many(self, *args: Any, **kw: Any) -> Any:
+        self.renews += 1
+        return super().renew_many(*args, **kw)
+
+    def mark_dispatched(self, *args: Any, **kw: Any) -> Any:
+        self.marks_out += 1
+        self.go.wait(30)
+        return super().mark_dispatched(*args, **kw)
+
+    def mark_dispatched_many(self, *args: Any, **kw: Any) -> Any:
+        self.marks_out += 1
+        self.go.wait(30)
+        return super().mark_dispatched_many(*args, **kw)
+
+
+def test_stop_abandons_runs_whose_mark_has_no_answer_by_the_end_of_the_grace_period() -> None:
+    """A run waits for its mark's answer with no task of its own: a stop whose grace
+    period ends first abandons it all the same (no recall, no longer running, its
+    lease no longer renewed), and the mark already sent may still commit, as a
+    single call would."""
+    store, clock, provider = HangingMarks(), FakeClock(1_000), Provider()
+    for n in range(3):
+        store.schedule(f"h{n}", 0)
+    # A lease of 0.6 s: its keepers renew every 0.2 s while the marks hang.
+    d = _dispatcher(store, clock, provider, ttl_ms=600, grace_period=0.5,
+                    poll_interval=0.05)
+
+    async def main() -> None:
+        runner = asyncio.ensure_future(d.run(handle_signals=False))
+        try:
+            await until("the marks sent", lambda: store.marks_out > 0, timeout=20)
+            assert d.running == 3
+            await until("their leases renewed", lambda: store.renews > 0, timeout=20)
+            d.stop()
+            await asyncio.wait_for(runner, 5)
+            await asyncio.sleep(0.3)  # a renew out at the stop may still come back
+            renewed = store.renews
+            await asyncio.sleep(0.7)  # more than three renew periods
+            assert store.renews == renewed  # no keeper left behind
+        finally:
+            store.go.set()
+
+    run(main())
+    assert d.abandoned and d.running == 0
+    assert len(provider.sent) == 3 and provider.recalled == []
+
+
 def test_a_full_dispatcher_leases_again_as_its_runs_end_not_at_its_next_poll() -> None:
     """Concurrency 2, six due jobs, a poll interval of a minute: the end of the first
     runs wakes it, so all six go long before the first poll would have come."""

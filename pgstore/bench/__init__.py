@@ -32,7 +32,8 @@ under ``.pgdata/bench``), inside that database, in schemas named
     through a minimal hand-written queue (text and bigint keys) and through
     pgstore's SQL paths: server CPU (the backend's ``/proc`` stats), client CPU
     and jobs/s a job, as ratios to the text-keyed queue (``--floor-base-sql DIR``:
-    also the batch path on a schema loaded from another ``sql/`` directory).
+    also the batch path on a schema loaded from another ``sql/`` directory;
+    ``--floor-variants dispatcher``: the Dispatcher alone, its client CPU a job).
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -98,6 +99,12 @@ def _burst_systems(text: str) -> tuple[str, ...]:
     from pgstore.bench._burst import BURST_SYSTEMS
 
     return _chosen(text, tuple(BURST_SYSTEMS), "system")
+
+
+def _floor_variants(text: str) -> tuple[str, ...]:
+    from pgstore.bench._floor import VARIANTS
+
+    return _chosen(text, VARIANTS, "variant")
 
 
 def _positive(text: str) -> int:
@@ -168,6 +175,9 @@ def parser() -> argparse.ArgumentParser:
                    help="jobs of the queue-floor single-call drain (default 5000)")
     p.add_argument("--floor-repeats", type=_positive,
                    help="queue-floor drains per variant (default 3)")
+    p.add_argument("--floor-variants", type=_floor_variants,
+                   help="queue-floor variants to drain (default all; e.g. dispatcher alone"
+                        " for the Dispatcher's client CPU a job)")
     p.add_argument("--floor-base-sql", type=Path, metavar="SQL_DIR",
                    help="queue-floor: also drain the batch path on a schema loaded from"
                         " this sql/ directory (base_batch), beside pgstore_batch")
@@ -196,7 +206,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
                  "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql",
-                 "scale_base_sql"):
+                 "scale_base_sql", "floor_variants"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

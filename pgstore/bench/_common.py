@@ -74,6 +74,8 @@ class Settings:
     #: Another sql/ directory: the scale section's lease_cpu cases also run on tables
     #: loaded from it (base), beside the current sql/ (head).
     scale_base_sql: Path | None = None
+    #: The queue-floor variants drained (None: all of them).
+    floor_variants: tuple[str, ...] | None = None
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

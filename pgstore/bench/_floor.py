@@ -496,6 +496,9 @@ def run_floor(cfg: Settings) -> dict[str, Any]:
     if cfg.floor_base_sql is not None:  # beside pgstore_batch, for the interleaving
         at = VARIANTS.index("pgstore_batch") + 1
         variants_run = (*VARIANTS[:at], BASE_VARIANT, *VARIANTS[at:])
+    if cfg.floor_variants is not None:  # --floor-variants: these only (base_batch stays)
+        variants_run = tuple(v for v in variants_run
+                             if v in cfg.floor_variants or v == BASE_VARIANT)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants_run}
     try:
         for variant in variants_run:  # one untimed warm-up of each: plans cached, pages read
@@ -518,7 +521,7 @@ def run_floor(cfg: Settings) -> dict[str, Any]:
         variants[variant] = v
     over: dict[str, Any] = {}
     for variant, rs in runs.items():
-        if variant == "bare_text":
+        if variant == "bare_text" or "bare_text" not in runs:  # no ratios without it
             continue
         o: dict[str, Any] = {}
         for m in measures:

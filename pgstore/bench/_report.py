@@ -126,6 +126,10 @@ def targets(results: dict[str, Any], nproc: int) -> list[dict[str, Any]]:
             if over:
                 out.append(_target(f"queue floor: {name} / bare text-keyed queue, server CPU"
                                    " a job", over["ratio"]["median"], "<=", 1.2))
+        dispatcher = floor["variants"].get("dispatcher", {}).get("client_cpu_us")
+        if dispatcher:
+            out.append(_target("queue floor: Dispatcher client CPU a job (µs)",
+                               dispatcher["median"], "<=", 15))
     burst = results.get("burst")
     if burst and "pgstore_batch" in burst["systems"]:
         mine = burst["systems"]["pgstore_batch"]

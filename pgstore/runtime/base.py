@@ -133,7 +133,8 @@ class Runtime:
         self.poll_interval = positive_seconds("poll_interval", poll_interval)
         self.grace_period = positive_seconds("grace_period", grace_period)
         self._clock = clock
-        self._running: set[asyncio.Task[None]] = set()
+        #: What runs now: the tasks of ``_start`` (any future the runtime ends itself).
+        self._running: set[asyncio.Future[Any]] = set()
         self._abandoned = False
         self._stopping: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
@@ -272,12 +273,18 @@ class Runtime:
             raise
         if not pieces:
             self.emit(Claim(runtime=self.kind, owner=self.owner, outcome="empty"))
+        self._start(pieces)
+        return len(pieces)
+
+    def _start(self, pieces: list[Any]) -> None:
+        """Start what ``_claim`` returned: a task for each coroutine, counted as running
+        until it ends. (The Dispatcher starts its runs its own way: each is a future it
+        ends itself, ``pgstore.runtime.run``.)"""
         loop, running, ended = asyncio.get_running_loop(), self._running, self._ended
         for piece in pieces:
             task = loop.create_task(piece)
             running.add(task)
             task.add_done_callback(ended)
-        return len(pieces)
 
     def _refill(self) -> int:
         """How many slots must be free for a runtime to claim again: after a claim it
@@ -285,7 +292,7 @@ class Runtime:
         enough runs frees them (it is woken then, not at the end of its poll)."""
         return 1
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, task: asyncio.Future[Any]) -> None:
         self._running.discard(task)
         if (self._saturated and self._wake is not None
                 and self.concurrency - len(self._running) >= self._refill()):
@@ -381,7 +388,8 @@ class Runtime:
                              "will expire", self.owner, len(self._running))
             for task in list(self._running):
                 task.cancel()
-            await asyncio.wait(set(self._running), timeout=1.0)
+            if self._running:  # a run that ends itself may be over already
+                await asyncio.wait(set(self._running), timeout=1.0)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-__all__ = ["CALLS_IN_FLIGHT", "Batcher"]
+__all__ = ["CALLS_IN_FLIGHT", "Batcher", "Waiter"]
 
 #: How many calls of one kind (the Dispatcher's marks; apart, its renews) may be out at
 #: once; the rest wait and go together in the next. With ``batch_size=1`` this is what
@@ -40,6 +40,21 @@ CALLS_IN_FLIGHT = 4
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
+R_contra = TypeVar("R_contra", contravariant=True)
+
+
+class Waiter(Protocol[R_contra]):
+    """What waits for one item's answer: a future (``submit``), or any object with the
+    same four methods (``put``), which the batcher calls in its own task, at once, when
+    the answer comes. ``done()`` True before its batch is sent leaves the item out."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: R_contra, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+    def cancel(self) -> bool: ...
 
 
 class Batcher(Generic[I, R]):
@@ -57,7 +72,7 @@ class Batcher(Generic[I, R]):
         self._split = split
         self.max_batch = max_batch
         self.max_in_flight = max_in_flight
-        self._pending: list[tuple[I, asyncio.Future[R]]] = []
+        self._pending: list[tuple[I, Waiter[R]]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
 
@@ -65,13 +80,18 @@ class Batcher(Generic[I, R]):
         """The future of ``item``'s answer (await it). A future, not a coroutine: no
         coroutine a call; cancelling it (or the task awaiting it) before its batch is
         sent leaves ``item`` out of the batch."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
-        self._pending.append((item, future))
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self.put(item, future)
+        return future
+
+    def put(self, item: I, waiter: Waiter[R]) -> None:
+        """``submit`` with a waiter of the caller's: no future, and no task wakes up for
+        the answer (the Dispatcher's runs, ``pgstore.runtime.run``). The waiter's methods
+        are called inside the batcher's task and must not raise."""
+        self._pending.append((item, waiter))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)
-        return future
+            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -89,7 +109,7 @@ class Batcher(Generic[I, R]):
         if self._pending:
             self._flush()
 
-    async def _send(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
+    async def _send(self, batch: list[tuple[I, Waiter[R]]]) -> None:
         try:
             await self._deliver(batch)
         except asyncio.CancelledError:
@@ -97,7 +117,7 @@ class Batcher(Generic[I, R]):
                 future.cancel()
             raise
 
-    async def _deliver(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
+    async def _deliver(self, batch: list[tuple[I, Waiter[R]]]) -> None:
         """One call for ``batch``; its halves again when it is refused as a whole for an
         error ``split`` calls permanent."""
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pgstore.models import Job
@@ -39,24 +39,35 @@ class ProviderCall:
         """What ``dispatch(job)`` returned; what it raised is raised."""
         started = time.monotonic()
         try:
-            if self._is_async:
-                result = await self.dispatch(job)
-            else:
-                result = await self._host.call_user(self.dispatch, job)
+            result = await self.call(job)
         except asyncio.CancelledError:
-            log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
-                        self._host.owner, job.run_id)
-            self._ran(job, "abandoned", started)
+            self.abandoned(job, started)
             raise
         except Exception:
-            self._ran(job, "error", started)
+            self.ran(job, "error", started)
             raise
         if self._host.events_active:
-            self._ran(job, "ok", started)
+            self.ran(job, "ok", started)
         return result
 
-    def _ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],
-             started: float) -> None:
+    # ``__call__`` in parts, for a caller that awaits the call itself (one coroutine a
+    # job less: ``pgstore.runtime.run``), and must report it as ``__call__`` does.
+
+    def call(self, job: Job) -> Awaitable[Any]:
+        """``dispatch(job)``, not awaited yet: its coroutine, or its run in the pool."""
+        if self._is_async:
+            return self.dispatch(job)  # type: ignore[no-any-return]
+        return self._host.call_user(self.dispatch, job)
+
+    def abandoned(self, job: Job, started: float) -> None:
+        """The call was cancelled (a stop): logged and reported; its lease will expire."""
+        log.warning("%s: dispatch of %s abandoned at stop; its lease will expire",
+                    self._host.owner, job.run_id)
+        self.ran(job, "abandoned", started)
+
+    def ran(self, job: Job, outcome: Literal["ok", "error", "abandoned"],
+            started: float) -> None:
+        """Report the call (``HandlerRun``), begun at ``started`` (monotonic)."""
         host = self._host
         if host.events_active:
             host.emit(HandlerRun(runtime="dispatcher", owner=host.owner, subject=job.run_id,

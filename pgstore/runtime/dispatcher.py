@@ -59,7 +59,8 @@ Bursts (every bot of the 10:00 meetings due in the same second): the
 dispatcher leases one job per call while idle (``lease``: a wake-up costs what
 it always did) and, while every call comes back full, with ``lease_many``
 twice as many with each call up to ``batch_size``; the first short answer
-brings it back to one. Each leased job runs as its own asyncio task, at most
+brings it back to one. Each leased job is a run of its own
+(``pgstore.runtime.run``: its ``dispatch`` in an asyncio task of its own), at most
 ``concurrency`` at once, and waits for its own mark and renew answers, which
 are sent together (``mark_dispatched_many``, ``renew_many``, see
 ``pgstore.runtime.batcher``; one alone goes as ``mark_dispatched`` or
@@ -69,7 +70,8 @@ dispatch outlasts a third of the lease, so short dispatches cost no renew and
 no keeper task.
 
 The Dispatcher composes one part per job, each in its own module:
-``pgstore.runtime.lease`` (leasing, in growing calls), ``keep`` (renews, batched,
+``pgstore.runtime.lease`` (leasing, in growing calls), ``run`` (one job's run
+through the parts below), ``keep`` (renews, batched,
 and each job's keeper), ``dispatch`` (the provider call), ``mark`` (record, and
 recall), ``release`` (a failed dispatch back for a retry, ``Backoff``), ``purge``
 (retention) and ``wake`` (wake-ups, through the store's ``WakeupSource``). It
@@ -78,6 +80,7 @@ reaches the database only through the protocols of ``pgstore.protocols``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -98,6 +101,7 @@ from pgstore.runtime.mark import Marker, RecallFn
 from pgstore.runtime.purge import PURGE_BATCH, PURGE_INTERVAL, Purger
 from pgstore.runtime.redact import RedactError, redact_secrets
 from pgstore.runtime.release import Backoff, Releaser
+from pgstore.runtime.run import JobRun, Parts
 from pgstore.runtime.stores import as_async_job_store
 from pgstore.runtime.wake import Wake
 
@@ -201,6 +205,7 @@ class Dispatcher(Runtime):
         self._marker = Marker(jobs, self, recall=recall, releaser=self._releaser,
                               batch_size=self.batch_size, mark_timeout=self.mark_timeout)
         self._wakeups = Wake(store, listen, self.wake, self.poll_interval, self)
+        self._parts = Parts(self, self._provider, self._marker, self._releaser, self._ended)
 
     @property
     def holder(self) -> str:
@@ -242,11 +247,27 @@ class Dispatcher(Runtime):
         if at is not None:
             times = [at] * len(jobs)
         else:  # each job's lease time, read back from its lease's end
-            read = [self._leaser.leased_at(job) for job in jobs]
+            leased_at = self._leaser.leased_at
+            read = [leased_at(job) for job in jobs]
             now = await self.now() if None in read else 0  # a store with no lease end
             times = [now if t is None else t for t in read]
-        run = self._traced_run if tracing.recording() else self._run  # once for the call
-        return [run(job, t, keepers) for job, t in zip(jobs, times, strict=True)]
+        if tracing.recording():  # once for the call: a task a job, around its span
+            return [self._traced_run(job, t, keepers)
+                    for job, t in zip(jobs, times, strict=True)]
+        parts, loop = self._parts, asyncio.get_running_loop()
+        return [JobRun(parts, job, t, keepers, loop) for job, t in zip(jobs, times, strict=True)]
+
+    def _start(self, pieces: list[Any]) -> None:
+        """Start the runs ``_claim`` made (``pgstore.runtime.run``: each ends itself), or
+        the tasks of traced ones."""
+        if not pieces or not isinstance(pieces[0], JobRun):
+            super()._start(pieces)
+            return
+        running = self._running
+        direct = asyncio.get_running_loop().get_task_factory() is None
+        for run in pieces:
+            running.add(run)
+            run.start(direct)
 
     async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
         """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""
@@ -259,8 +280,10 @@ class Dispatcher(Runtime):
             tracing.finish(span, await self._run(job, leased_at, keepers))
 
     async def _run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> str:
-        """Dispatch, mark, and recall when needed; what happened (``Complete``'s outcome,
-        or ``released``). The job's lease is kept from here until the mark's answer."""
+        """Dispatch, mark, and recall when needed, in one task (the traced runs; the
+        others go through ``pgstore.runtime.run``, step for step the same); what happened
+        (``Complete``'s outcome, or ``released``). The job's lease is kept from here until
+        the mark's answer."""
         if self.events_active:
             self.emit(Dispatch(runtime="dispatcher", owner=self.owner,
                                subject=job.run_id, token=job.lease_sequence,

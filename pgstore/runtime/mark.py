@@ -33,7 +33,7 @@ from pgstore.errors import InvalidArgument
 from pgstore.models import Job, MarkResult
 from pgstore.protocols import AsyncJobStore
 from pgstore.runtime.base import Host
-from pgstore.runtime.batcher import CALLS_IN_FLIGHT, Batcher
+from pgstore.runtime.batcher import CALLS_IN_FLIGHT, Batcher, Waiter
 from pgstore.runtime.events import Complete, Recall, Refused
 from pgstore.runtime.lease import fence
 from pgstore.runtime.release import Releaser
@@ -63,6 +63,7 @@ class Marker:
         self.recall = recall
         self._releaser = releaser
         self.mark_timeout = mark_timeout
+        self._log_info = True  # asked again at each mark call (``_mark_many``)
         # A batch refused as a whole for a bad argument (which changed nothing) is split
         # until the bad job alone gets the refusal: one bad job never costs the others.
         self._marks: Batcher[tuple[Job, str | None], MarkResult] = Batcher(
@@ -72,25 +73,44 @@ class Marker:
     async def record(self, job: Job, worker_id: str | None) -> Answer:
         """Check ``worker_id``, then mark: the answer, or the refusal of a bad argument.
         The same for a job marked alone or in a batch."""
-        # The worker id is checked here, by the rule the SQL applies, before the mark
-        # joins a batch: a bad one never reaches a batch call. (A short ASCII string
-        # with no NUL passes ``v.worker_id`` as it is: the common case, checked inline.)
+        refused = self.check(worker_id)
+        if refused is not None:
+            return None, 1, refused
+        # The first attempt inline (one coroutine less a job); ``mark`` retries it.
+        give_up_at = time.monotonic() + self.mark_timeout
+        try:
+            return await self._marks.submit((job, worker_id)), 1, None
+        except Exception as exc:
+            return await self.retried(job, worker_id, give_up_at, exc)
+
+    def check(self, worker_id: str | None) -> InvalidArgument | None:
+        """The refusal of a bad ``worker_id`` (the SQL's rule), None for a good one. It
+        is checked before the mark joins a batch: a bad one never reaches a batch call."""
+        # A short ASCII string with no NUL passes ``v.worker_id`` as it is: the common
+        # case, checked inline.
         if worker_id is not None and not (
                 worker_id.__class__ is str and len(worker_id) <= v.NAME_MAX_CHARS
                 and worker_id.isascii() and "\x00" not in worker_id):
             try:
                 v.worker_id("worker_id", worker_id)
             except InvalidArgument as exc:
-                return None, 1, exc
-        # The first attempt inline (one coroutine less a job); ``mark`` retries it.
-        give_up_at = time.monotonic() + self.mark_timeout
+                return exc
+        return None
+
+    def put(self, job: Job, worker_id: str | None, waiter: Waiter[MarkResult]) -> None:
+        """The first attempt of a checked mark, answered to ``waiter`` (no future: the
+        Dispatcher's runs, ``pgstore.runtime.run``); a failed one goes on with
+        ``retried``."""
+        self._marks.put((job, worker_id), waiter)
+
+    async def retried(self, job: Job, worker_id: str | None, give_up_at: float,
+                      exc: Exception) -> Answer:
+        """``record``'s answer after its first attempt failed with ``exc``: retried until
+        ``give_up_at`` (``time.monotonic()``), a permanent refusal at once."""
         try:
-            return await self._marks.submit((job, worker_id)), 1, None
-        except Exception as exc:
-            try:
-                mark, attempts = await self._retry(job, worker_id, give_up_at, exc)
-            except InvalidArgument as refused:
-                return None, 1, refused
+            mark, attempts = await self._retry(job, worker_id, give_up_at, exc)
+        except InvalidArgument as refused:
+            return None, 1, refused
         return mark, attempts, None
 
     def completed(self, job: Job, worker_id: str | None, answer: Answer) -> bool:
@@ -102,7 +122,8 @@ class Marker:
             return False
         if self._host.events_active:
             self._completed(job, "completed", attempts, worker_id)
-        log.info("%s: dispatched %s to %s", self._host.owner, job.run_id, worker_id)
+        if self._log_info:
+            log.info("%s: dispatched %s to %s", self._host.owner, job.run_id, worker_id)
         return True
 
     async def settle(self, job: Job, worker_id: str | None, answer: Answer) -> str:
@@ -215,6 +236,8 @@ class Marker:
         """One ``mark_dispatched_many`` for the marks the runs submitted meanwhile
         (``mark_dispatched`` itself for one)."""
         holder = self._host.owner
+        # Whether ``completed`` logs each job: asked once a call, not once a job.
+        self._log_info = log.isEnabledFor(logging.INFO)
         if len(marks) == 1:
             job, worker_id = marks[0]
             return [await self._jobs.mark_dispatched(job.run_id, holder, worker_id,
