@@ -407,11 +407,11 @@ DECLARE
     v_one     boolean := false;
 BEGIN
     -- Queue limits (sql/24_queue_limits.sql): the limited queues among the
-    -- groups (one probe of queues a queue); lock their rows first, as many as
-    -- each has jobs leasable now (up to p_limit), and lease at most as many of
-    -- each one's jobs (its cap); a queue with none free drops out, like a
-    -- paused one. Its leases take the rounds below, which write them into the
-    -- rows at the end.
+    -- groups (one probe of queues a queue); lock their lanes first, one row a
+    -- job, as many as each has jobs leasable now (up to p_limit), and lease at
+    -- most as many of each one's jobs (its cap); a queue with none free drops
+    -- out, like a paused one. Its leases take the rounds below, which write
+    -- them into the lanes at the end.
     SELECT array_agg(q.queue) INTO v_limited
       FROM queues q
      WHERE q.queue = ANY (v_queues)
@@ -795,7 +795,7 @@ BEGIN
     v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
 
     -- The same probe of queues tells whether the job's queue has a concurrency
-    -- limit: then the lease's row in queue_slots is extended too, or the lease
+    -- limit: then the lease's place in queue_slots is extended too, or the lease
     -- ends (sql/24_queue_limits.sql).
     UPDATE jobs j
        SET lease_until = v_until

@@ -479,7 +479,7 @@ BEGIN
     v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
 
     -- As job_renew: the leases of queues with a concurrency limit keep their
-    -- rows in queue_slots, or end (sql/24_queue_limits.sql).
+    -- places in queue_slots, or end (sql/24_queue_limits.sql).
     WITH renewed AS (
         UPDATE jobs j
            SET lease_until = v_until

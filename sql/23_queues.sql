@@ -97,16 +97,18 @@ BEGIN
                  WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
                    AND (q.queue <> 'default' OR q.priority <> 0)) AS j
          GROUP BY j.queue)
-    -- rate_used: the queue's rate rows (sql/24_queue_limits.sql) taken in
+    -- rate_used: the queue's rate places (sql/24_queue_limits.sql) taken in
     -- the last period, what a lease could not take again yet (in numeric: a
     -- window that starts before the smallest bigint is no overflow).
     SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
            coalesce(c.leased, 0), coalesce(s.paused, false),
            s.concurrency_limit, s.rate_limit, s.rate_period_ms,
            CASE WHEN s.rate_limit IS NOT NULL THEN
-               (SELECT count(*) FROM queue_slots r
-                 WHERE r.queue = s.queue AND r.kind = 'rate' AND r.slot <= s.rate_limit
-                   AND r.taken_at::numeric > v_now::numeric - s.rate_period_ms)
+               (SELECT count(*)
+                  FROM queue_slots r
+                 CROSS JOIN LATERAL unnest(r.taken_ats) AS t(taken_at)
+                 WHERE r.queue = s.queue AND r.slot > 0
+                   AND t.taken_at::numeric > v_now::numeric - s.rate_period_ms)
            END
       FROM counts c
       FULL JOIN queues s ON s.queue = c.queue

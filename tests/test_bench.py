@@ -465,3 +465,31 @@ def test_queue_floor_drains_the_batch_path_of_another_sql_directory_beside_its_o
     (run,) = floor["variants"][BASE_VARIANT]["runs"]
     assert run["jobs"] == 600 and run["left"] == 0
     assert _positive(floor["over_bare_text"][BASE_VARIANT]["jobs_per_s"]["ratio"]["median"])
+
+
+def test_quick_bench_of_the_limits_section(pgstore_database: str, tmp_path: Path) -> None:
+    """``--only limits`` drains an unlimited, a concurrency-limited, a rate-limited and a
+    both-limited queue on each path, every job dispatched, with each kind's costs a job
+    and ratios to the unlimited queue; ``--limits-base-sql`` adds the same on a schema
+    loaded from that directory."""
+    from pgstore.bench._limits import KINDS, PATHS
+    from pgstore.schema.files import sql_dir
+
+    doc = _bench(pgstore_database, tmp_path, "--only", "limits", "--limits-jobs", "300",
+                 "--limits-single-jobs", "20", "--limits-repeats", "1",
+                 "--limits-base-sql", str(sql_dir()), "--no-chart")
+    assert doc["errors"] == {}
+    limits = doc["results"]["limits"]
+    assert limits["all_checks_ok"]
+    assert limits["sizes"] == {"batch": 300, "single": 20}
+    assert list(limits["schemas"]) == ["head", "base"]
+    for name, paths in limits["schemas"].items():
+        assert list(paths) == list(PATHS)
+        for path, kinds in paths.items():
+            assert list(kinds) == list(KINDS)
+            for kind, v in kinds.items():
+                (run,) = v["runs"]
+                assert v["ok"] and run["jobs"] == (300 if path == "batch" else 20)
+                assert _positive(v["jobs_per_s"]["median"]), (name, path, kind)
+                assert _positive(v["jobs_per_s_over_unlimited"]["median"]), (name, path, kind)
+    assert "Queue limits: one process drains" in (tmp_path / "results.md").read_text()

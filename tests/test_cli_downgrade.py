@@ -109,6 +109,8 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
 
 #: What every downgrade from head to pgstore_0006 or below names first.
 ABOVE_0006 = [
+    "pgstore_0026: columns queue_slots.lease_sequences, queue_slots.lease_untils,"
+    " queue_slots.run_ids, queue_slots.taken_ats;",
     "pgstore_0024: columns queues.concurrency_limit, queues.rate_limit,"
     " queues.rate_period_ms and table queue_slots (0 rows);",
     "pgstore_0019: columns jobs.payload, jobs.priority, jobs.queue,"

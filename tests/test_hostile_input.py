@@ -159,7 +159,7 @@ json_payloads = st.one_of(
 )
 
 
-#: A queue limit at the SQL level: each valid one is that many rows of queue_slots, which
+#: A queue limit at the SQL level: each valid one is that many places in queue_slots, which
 #: every state check reads, so the valid ones drawn stay small; and the bounds, and past.
 SQL_QUEUE_LIMITS = st.one_of(st.none(), st.integers(-2, 4),
                              st.sampled_from([10_001, 2**31 - 1, -(2**31)]))
@@ -199,8 +199,8 @@ SELECT (SELECT md5(coalesce(string_agg(s::text, '|' ORDER BY s.id), '')) FROM {s
        (SELECT md5(coalesce(string_agg(j::text, '|' ORDER BY j.run_id), '')) FROM {s}.jobs j),
        (SELECT md5(coalesce(string_agg(q::text, '|' ORDER BY q.queue), '')) FROM {s}.queues q),
        (SELECT md5(coalesce(string_agg(
-                   (pg_column_size(l.queue), l.kind, l.slot, l.run_id, l.lease_sequence,
-                    l.lease_until, l.taken_at)::text, '|' ORDER BY l.queue, l.kind, l.slot), ''))
+                   (pg_column_size(l.queue), l.slot, l.run_ids, l.lease_sequences,
+                    l.lease_untils, l.taken_ats)::text, '|' ORDER BY l.queue, l.slot), ''))
           FROM {s}.queue_slots l)  -- not the names: up to 10000 rows share a long one
 """
 
@@ -303,7 +303,9 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                                  'job_lease_take', 'job_lease_default', 'queue_limit_max',
                                  'queue_slot_free', 'queue_limits_reserve',
                                  'queue_limits_fill', 'queue_limits_keep',
-                                 'queue_limits_caps', 'queue_limits_wants')
+                                 'queue_limits_caps', 'queue_limits_wants',
+                                 'queue_lane_free', 'queue_lane_usable',
+                                 'queue_slots_layout')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
            -- the generated column's expression, against its reference in

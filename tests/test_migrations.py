@@ -894,6 +894,83 @@ def test_upgrade_to_the_stats_history_keeps_the_counts_and_job_list_answers_fini
     migrate(dsn, "mig16_upgraded", "pgstore_0016")
     assert current_revision(dsn, "mig16_upgraded") == "pgstore_0016"
 
+def test_upgrade_to_lanes_carries_every_limit_place_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0025 -> 0026 with leases live in limited queues: every place (a row of each kind at
+    0025) keeps what it held, in its lane, the busy places above a lowered limit become
+    retired rows, rate_used answers the same and the limits keep holding; the downgrade
+    writes the places back as 0025's rows and restores its catalog."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig25_upgraded", "pgstore_0025")
+    migrate(dsn, "mig25_reference", "pgstore_0025")
+    rows = ("SELECT queue, kind, slot, CASE WHEN kind = 'concurrency' THEN run_id END,"
+            " CASE WHEN kind = 'concurrency' THEN lease_sequence END, lease_until,"
+            " CASE WHEN kind = 'rate' THEN taken_at END"
+            " FROM queue_slots ORDER BY queue, kind, slot")
+    used = "SELECT queue, rate_used FROM queue_list(1500) ORDER BY queue"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig25_upgraded")
+        for queue in ("b", "c", "r"):
+            conn.execute("SELECT job_schedule_many(%s, %s, %s)",
+                         ([f"{queue}{i}" for i in range(6)], [0] * 6, queue))
+        conn.execute("SELECT queue_set_concurrency('c', 3)")
+        conn.execute("SELECT queue_set_rate('r', 4, 1000)")
+        conn.execute("SELECT queue_set_concurrency('b', 2)")
+        conn.execute("SELECT queue_set_rate('b', 5, 1000)")
+        for queue in ("b", "c"):
+            conn.execute("SELECT job_lease_many('h', 1000, 600000, 10, %s)", ([queue],))
+        conn.execute("SELECT job_lease_many('h', 1000, 600000, 2, ARRAY['r'])")
+        conn.execute("SELECT queue_set_concurrency('c', 1)")  # c1 and c2 keep their rows
+        before_rows = conn.execute(rows).fetchall()
+        before_used = conn.execute(used).fetchall()
+        assert [r[:3] for r in before_rows if r[0] == "c"] == [
+            ("c", "concurrency", 1), ("c", "concurrency", 2), ("c", "concurrency", 3)]
+
+    migrate(dsn, "mig25_upgraded", "pgstore_0026")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig25_upgraded")
+        lanes = conn.execute("SELECT queue, slot, run_ids, lease_sequences, lease_untils,"
+                             " taken_ats FROM queue_slots ORDER BY queue, slot").fetchall()
+        assert lanes == [
+            ("b", 1, ["b0"], [1], [601000], [1000, None, None]),
+            ("b", 2, ["b1"], [1], [601000], [1000, None]),
+            ("c", -3, ["c2"], [1], [601000], None),
+            ("c", -2, ["c1"], [1], [601000], None),
+            ("c", 1, ["c0"], [1], [601000], None),
+            ("r", 1, None, None, None, [1000]),
+            ("r", 2, None, None, None, [1000]),
+            ("r", 3, None, None, None, [None]),
+            ("r", 4, None, None, None, [None]),
+        ]
+        assert conn.execute(used).fetchall() == before_used
+        assert conn.execute("SELECT count(*) FROM job_lease_many('h', 1500, 1000, 10,"
+                            " ARRAY['b', 'c'])").fetchone() == (0,)
+        assert conn.execute("SELECT run_id FROM job_lease_many('h', 1500, 1000, 10,"
+                            " ARRAY['r'])").fetchall() == [("r2",), ("r3",)]
+        assert conn.execute("SELECT renewed FROM job_renew_many(ARRAY['c0', 'c1', 'c2'],"
+                            " 'h', 1500, 600000)").fetchall() == [(True,)] * 3
+        conn.execute("SELECT job_lease_many('x', 1500, 1000, 10, ARRAY['q'])")
+        after_rows = conn.execute(
+            "SELECT queue, slot, run_ids, lease_untils, taken_ats FROM queue_slots"
+            " ORDER BY queue, slot").fetchall()
+
+    downgrade(dsn, "mig25_upgraded", "pgstore_0025")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig25_upgraded") == catalog(conn, "mig25_reference")
+        conn.execute("SET search_path = mig25_upgraded")
+        back = conn.execute(rows).fetchall()
+        # The leases since the upgrade: r2 and r3 in rate rows 3 and 4, the renews'
+        # lease_until; every other place as it was.
+        expected = [
+            (q, k, slot, run_id, seq, 601500 if q == "c" else until,
+             1500 if (q, k, slot) in {("r", "rate", 3), ("r", "rate", 4)} else taken)
+            for q, k, slot, run_id, seq, until, taken in before_rows]
+        assert back == expected, after_rows
+    migrate(dsn, "mig25_upgraded", "pgstore_0026")
+    assert current_revision(dsn, "mig25_upgraded") == "pgstore_0026"
+
+
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:
     dsn = pgstore_fresh_database()
     cfg = Config()

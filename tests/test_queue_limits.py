@@ -12,6 +12,8 @@ tests/test_queue_limit_concurrency.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pgstore import InvalidArgument, Job, QueueInfo
@@ -238,3 +240,61 @@ def test_bad_limits_are_refused_and_change_nothing(
     assert (s.list_queues(NOW), jobs.state()) == before
     # And the limits still hold as they were.
     assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q1"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_memory_store_answers_as_postgres_through_changes_of_the_limits(
+    pgstore_database: str, pgstore_schema: str, seed: int,
+) -> None:
+    """Random leases, batches, renews, marks, releases and changes of both limits (up,
+    down, lifted, either the larger), with a clock that moves on: the in-memory store
+    answers every call as PostgreSQL does (its lanes follow sql/24_queue_limits.sql)."""
+    import random
+
+    from pgstore import MemoryJobStore, PgJobStore
+
+    rnd = random.Random(seed)
+    pg = PgJobStore(pgstore_database, schema=pgstore_schema)
+    pg.start()
+    mem = MemoryJobStore()
+    try:
+        stores = (pg, mem)
+        for i in range(40):
+            at, queue = rnd.randint(0, 50), rnd.choice(["a", "b"])
+            for s in stores:
+                s.schedule(f"j{i:02d}", at, queue=queue)
+        now = NOW
+        held: dict[str, int] = {}  # run_id -> lease_sequence
+        got: list[Any]
+        for step in range(160):
+            now += rnd.choice([0, 5, 20, 120])
+            op = rnd.random()
+            if op < 0.1:
+                limit = rnd.choice([None, 1, 2, 3, 5])
+                got = [s.set_queue_concurrency("a", limit) for s in stores]
+            elif op < 0.2:
+                rate = rnd.choice([None, 1, 2, 4, 7])
+                period = None if rate is None else rnd.choice([50, 200])
+                got = [s.set_queue_rate("a", rate, period) for s in stores]
+            elif op < 0.5:
+                limit = rnd.choice([1, 1, 3, 10])
+                leased = [s.lease_many("h", now, TTL, limit) for s in stores]
+                got = [[(j.run_id, j.lease_sequence) for j in js] for js in leased]
+                held.update((j.run_id, j.lease_sequence) for j in leased[0])
+            elif op < 0.65 and held:
+                ids = rnd.sample(sorted(held), min(len(held), rnd.randint(1, 3)))
+                got = [s.renew_many(ids, "h", now, TTL, [held[r] for r in ids])
+                       for s in stores]
+            elif op < 0.85 and held:
+                run_id = rnd.choice(sorted(held))
+                seq = held.pop(run_id)
+                if rnd.random() < 0.7:
+                    got = [s.mark_dispatched(run_id, "h", "w", seq).recorded for s in stores]
+                else:
+                    got = [s.release(run_id, "h", 0, seq) for s in stores]
+            else:
+                got = [[(q.queue, q.leased, q.rate_used) for q in s.list_queues(now)]
+                       for s in stores]
+            assert got[0] == got[1], (seed, step)
+    finally:
+        pg.close()

@@ -33,7 +33,11 @@ under ``.pgdata/bench``), inside that database, in schemas named
     pgstore's SQL paths: server CPU (the backend's ``/proc`` stats), client CPU
     and jobs/s a job, as ratios to the text-keyed queue (``--floor-base-sql DIR``:
     also the batch path on a schema loaded from another ``sql/`` directory;
-    ``--floor-variants dispatcher``: the Dispatcher alone, its client CPU a job).
+    ``--floor-variants dispatcher``: the Dispatcher alone, its client CPU a job);
+13. ``limits``: one process drains a queue without limits, one with a concurrency
+    limit, one with a rate limit and one with both, singly and in batches of 100:
+    server CPU a job and jobs/s, as ratios to the unlimited queue
+    (``--limits-base-sql DIR``: the same on a schema loaded from another ``sql/``).
 
 Prints a table, writes ``<out>/results.json``, ``<out>/results.md`` and
 ``<out>/chart.png``. Exits 0 when every section ran and every peer run
@@ -181,6 +185,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--floor-base-sql", type=Path, metavar="SQL_DIR",
                    help="queue-floor: also drain the batch path on a schema loaded from"
                         " this sql/ directory (base_batch), beside pgstore_batch")
+    p.add_argument("--limits-jobs", type=_positive,
+                   help="jobs each batch drain of the limits section takes (default 10000)")
+    p.add_argument("--limits-single-jobs", type=_positive,
+                   help="jobs of the limits section's single-call drains (default 1000)")
+    p.add_argument("--limits-repeats", type=_positive,
+                   help="limits drains per queue kind and path (default 3)")
+    p.add_argument("--limits-base-sql", type=Path, metavar="SQL_DIR",
+                   help="limits: also drain on a schema loaded from this sql/ directory")
     p.add_argument("--no-chart", action="store_true", help="skip chart.png and burst.png")
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
                    help="measure nothing: redraw the table, results.md and chart.png of a"
@@ -201,12 +213,14 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
         cfg.stats_rows, cfg.stats_small = 5_000, 200
         cfg.burst_jobs, cfg.burst_workers = 2_000, 2
         cfg.floor_jobs, cfg.floor_single_jobs, cfg.floor_repeats = 2_000, 200, 1
+        cfg.limits_jobs, cfg.limits_single_jobs, cfg.limits_repeats = 1_000, 200, 1
     for name in ("repeats", "calls", "scale_rows", "scale_due", "peer_jobs", "peer_seconds",
                  "peer_repeats",
                  "workers", "peer_systems", "hot_cycles", "wakeup_samples", "retention_rows",
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
                  "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql",
-                 "scale_base_sql", "floor_variants"):
+                 "scale_base_sql", "floor_variants",
+                 "limits_jobs", "limits_single_jobs", "limits_repeats", "limits_base_sql"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -220,6 +234,7 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     from pgstore.bench._floor import run_floor
     from pgstore.bench._ha import run_ha
     from pgstore.bench._hot import run_hot
+    from pgstore.bench._limits import run_limits
     from pgstore.bench._ops import run_floors, run_naive, run_ops
     from pgstore.bench._peers import run_peers
     from pgstore.bench._retention import run_retention
@@ -230,7 +245,8 @@ def _runners() -> dict[str, Callable[[Settings], dict[str, Any]]]:
     return {"floors": run_floors, "ops": run_ops, "naive": run_naive, "peers": run_peers,
             "scale": run_scale, "hot": run_hot, "wakeup": run_wakeup, "ha": run_ha,
             "retention": run_retention,
-            "burst": run_burst, "stats": run_stats, "queue-floor": run_floor}
+            "burst": run_burst, "stats": run_stats, "queue-floor": run_floor,
+            "limits": run_limits}
 
 
 def write(doc: dict[str, Any], out: Path, chart: bool = True,

@@ -27,7 +27,7 @@ from pgstore.schema.objects import load
 PREFIX = "pgstore_bench_"
 
 SECTIONS = ("floors", "ops", "naive", "peers", "scale", "hot", "wakeup", "ha",
-            "retention", "burst", "stats", "queue-floor")
+            "retention", "burst", "stats", "queue-floor", "limits")
 
 Conn = psycopg.Connection[Any]
 
@@ -76,6 +76,13 @@ class Settings:
     scale_base_sql: Path | None = None
     #: The queue-floor variants drained (None: all of them).
     floor_variants: tuple[str, ...] | None = None
+    #: The limits section: jobs a batch-path drain takes, jobs of the single path (a
+    #: commit a call), drains per queue kind and path.
+    limits_jobs: int = 10_000
+    limits_single_jobs: int = 1_000
+    limits_repeats: int = 3
+    #: Another sql/ directory: the limits section also drains on a schema loaded from it.
+    limits_base_sql: Path | None = None
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

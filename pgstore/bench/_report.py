@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pgstore.bench._common import spread_pct
+from pgstore.bench._limits import limits_table
 from pgstore.bench._ops import MODES
 
 SINGLE_ROW_OPS = ("claim_due", "renew", "complete", "register_unchanged", "job_lease",
@@ -325,6 +326,9 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     floor = results.get("queue-floor")
     if floor:
         out.append(_floor_table(floor))
+    limits = results.get("limits")
+    if limits:
+        out.append(limits_table(limits))
     wake = results.get("wakeup")
     if wake:
         rows = [["schedule → dispatch latency (idle dispatcher, 60 s poll)",

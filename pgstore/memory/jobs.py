@@ -124,7 +124,7 @@ class MemoryJobStore:
         self._fence = 0
         #: Every queue ever paused, and whether it is now (SQL's queues table).
         self._queues: dict[str, bool] = {}
-        #: The queue limits and their rows (SQL's queues columns and queue_slots).
+        #: The queue limits and their lanes (SQL's queues columns and queue_slots).
         self._limits = QueueLimits(self._jobs)
         self._lock = threading.Lock()
 
@@ -446,7 +446,8 @@ class MemoryJobStore:
         at most its cap of each limited queue's (a job failed out of attempts counts
         against both, as its candidate does in SQL), written into the queues' rows."""
         leasable = self._leasable(at, queues)
-        caps = self._limits.caps({job.queue for job in leasable}, at, limit)
+        reserved = self._limits.reserve({job.queue for job in leasable}, at, limit)
+        caps = {queue: len(lanes) for queue, lanes in reserved.items()}
         chosen: list[Job] = []
         for job in leasable:
             if len(chosen) == limit:
@@ -457,7 +458,7 @@ class MemoryJobStore:
                 caps[job.queue] -= 1
             chosen.append(job)
         taken = [leased for job in chosen if (leased := self._take(job, holder, until))]
-        self._limits.take(taken, at)
+        self._limits.take(taken, at, reserved)
         return taken
 
     def _take(self, job: Job, holder: str, until: int) -> Job | None:

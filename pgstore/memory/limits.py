@@ -1,12 +1,14 @@
 """The queue limits of the in-process job store, as sql/24_queue_limits.sql keeps them.
 
 The same rows and rules as PostgreSQL's ``queue_slots``, so that both stores answer alike
-call for call: a concurrency limit of N is N slots, each busy while its own
+call for call: a concurrency limit of C is C places, each busy while its own
 ``lease_until`` lies ahead unless the job shows that very lease ended (dispatched,
-released, failed, or leased again); a rate limit of N per period is N slots, each usable
-once its ``taken_at`` is a period old. A lease takes the lowest free slots, a renew
-extends the slot its lease holds (or takes a free one, or the lease ends). The caller,
-``MemoryJobStore``, holds its lock around every call.
+released, failed, or leased again); a rate limit of R per period is R places, each usable
+once its ``taken_at`` is a period old. They lie in L lanes (L the smaller limit): lane i
+holds the places i, i + L, ... of each kind. A lease takes the lowest usable lanes, one
+a job, and there the first free place of each kind; a renew extends the place its lease
+holds (or takes a free one, or the lease ends); a change of the limits lays the lanes out
+again. The caller, ``MemoryJobStore``, holds its lock around every call.
 """
 
 from __future__ import annotations
@@ -53,24 +55,37 @@ def _check_limit(limit: object) -> None:
 
 
 @dataclass
-class _Slot:
-    """One ``queue_slots`` row: the last lease it served."""
+class _Place:
+    """One concurrency place: the last lease it served (None: none yet)."""
 
     run_id: str | None = None
     lease_sequence: int | None = None
     lease_until: int | None = None
-    taken_at: int | None = None
+
+
+@dataclass
+class _Lane:
+    """One ``queue_slots`` row: its concurrency places (None: no such limit) and rate
+    places (their taken_at; None: no such limit)."""
+
+    places: list[_Place] | None
+    stamps: list[int | None] | None
 
 
 @dataclass
 class _Queue:
-    """One queue's limits (SQL's ``queues`` columns) and rows."""
+    """One queue's limits (SQL's ``queues`` columns) and rows: lanes 1..L, and retired
+    concurrency places by minus their number."""
 
     concurrency: int | None = None
     rate: int | None = None
     period_ms: int | None = None
-    slots: dict[int, _Slot] = field(default_factory=dict)
-    tokens: dict[int, _Slot] = field(default_factory=dict)
+    lanes: dict[int, _Lane] = field(default_factory=dict)
+
+
+#: What a lease reserved in a queue: (lane, concurrency place, rate place) a job, the
+#: places 0-based, None for a limit the queue has not.
+Reserved = list[tuple[int, int | None, int | None]]
 
 
 class QueueLimits:
@@ -89,14 +104,7 @@ class QueueLimits:
             return False
         q = self._queues.setdefault(queue, _Queue())
         q.concurrency = limit
-        if limit is None:
-            q.slots.clear()
-            return True
-        for slot in range(1, limit + 1):
-            q.slots.setdefault(slot, _Slot())
-        # Lowered: the rows above it that serve no lease go (no clock decides it).
-        for slot in [s for s in q.slots if s > limit and self._free(q.slots[s], None)]:
-            del q.slots[slot]
+        self._layout(q)
         return True
 
     def set_rate(self, queue: str, limit: int | None, period_ms: int | None) -> bool:
@@ -107,11 +115,41 @@ class QueueLimits:
             return False
         q = self._queues.setdefault(queue, _Queue())
         q.rate, q.period_ms = limit, period_ms
-        for slot in [s for s in q.tokens if s > (limit or 0)]:
-            del q.tokens[slot]
-        for slot in range(1, (limit or 0) + 1):
-            q.tokens.setdefault(slot, _Slot())
+        self._layout(q)
         return True
+
+    def _layout(self, q: _Queue) -> None:
+        """SQL's ``queue_slots_layout``: each place up to the new limits keeps what it
+        held, in the new lanes; a concurrency place above a lowered limit whose lease may
+        live (no clock decides it) is retired."""
+        old = q.lanes.items()
+        n = sum(1 for slot in q.lanes if slot > 0)
+        places: dict[int, _Place] = {}
+        stamps: dict[int, int] = {}
+        for slot, lane in old:
+            if lane.places is not None and q.concurrency is not None:
+                for k, place in enumerate(lane.places):
+                    if place.run_id is not None:
+                        places[k * n + slot if slot > 0 else -slot] = place
+            if lane.stamps is not None and q.rate is not None and slot > 0:
+                for k, stamp in enumerate(lane.stamps):
+                    if stamp is not None:
+                        stamps[k * n + slot] = stamp
+        q.lanes = {}
+        limits = [x for x in (q.concurrency, q.rate) if x is not None]
+        if not limits:
+            return
+        lanes = min(limits)
+        for i in range(1, lanes + 1):
+            q.lanes[i] = _Lane(
+                None if q.concurrency is None else [
+                    places.get(g, _Place()) for g in range(i, q.concurrency + 1, lanes)],
+                None if q.rate is None else [
+                    stamps.get(g) for g in range(i, q.rate + 1, lanes)])
+        if q.concurrency is not None:
+            for g, place in sorted(places.items()):
+                if g > q.concurrency and not self._free(place, None):
+                    q.lanes[-g] = _Lane([place], None)
 
     # --- reads --------------------------------------------------------------------------
 
@@ -128,87 +166,103 @@ class QueueLimits:
         if q.rate is not None and q.period_ms is not None:
             period = q.period_ms
             used = sum(
-                1 for s, t in q.tokens.items()
-                if s <= q.rate and t.taken_at is not None and t.taken_at > at - period
+                1 for slot, lane in q.lanes.items() if slot > 0
+                for t in lane.stamps or [] if t is not None and t > at - period
             )
         return q.concurrency, q.rate, q.period_ms, used
 
-    def _free(self, slot: _Slot, at: int | None) -> bool:
+    def _free(self, place: _Place, at: int | None) -> bool:
         """SQL's ``queue_slot_free``: busy by its own lease_until, freed early only by the
         job of that very lease showing that it ended (``at`` None: only by that)."""
-        if slot.lease_until is None or (at is not None and slot.lease_until <= at):
+        if place.lease_until is None or (at is not None and place.lease_until <= at):
             return True
-        job = self._jobs.get(slot.run_id or "")
-        if job is None or slot.lease_sequence is None:
+        job = self._jobs.get(place.run_id or "")
+        if job is None or place.lease_sequence is None:
             return False
-        return job.lease_sequence > slot.lease_sequence or (
-            job.lease_sequence == slot.lease_sequence
+        return job.lease_sequence > place.lease_sequence or (
+            job.lease_sequence == place.lease_sequence
             and (job.dispatched or job.failed or job.lease_holder is None)
         )
 
-    def _usable_tokens(self, q: _Queue, at: int) -> list[int]:
-        assert q.rate is not None and q.period_ms is not None
-        period = q.period_ms
-        return sorted(
-            s for s, t in q.tokens.items()
-            if s <= q.rate and (t.taken_at is None or t.taken_at <= at - period)
-        )
+    def _free_place(self, lane: _Lane, at: int) -> int | None:
+        """SQL's ``queue_lane_free`` (0-based)."""
+        assert lane.places is not None
+        return next((k for k, p in enumerate(lane.places) if self._free(p, at)), None)
 
-    def _free_slots(self, q: _Queue, at: int) -> list[int]:
-        assert q.concurrency is not None
-        return sorted(
-            s for s, row in q.slots.items() if s <= q.concurrency and self._free(row, at)
-        )
+    @staticmethod
+    def _usable_stamp(lane: _Lane, period: int, at: int) -> int | None:
+        """SQL's ``queue_lane_usable`` (0-based)."""
+        assert lane.stamps is not None
+        return next((k for k, t in enumerate(lane.stamps) if t is None or t <= at - period),
+                    None)
 
     # --- the lease and the renew ------------------------------------------------------------
 
-    def caps(self, queues: set[str], at: int, want: int) -> dict[str, int]:
-        """How many jobs of each limited queue of ``queues`` a lease of ``want`` jobs at
-        ``at`` may take (queue_limits_reserve's cap); unlimited queues are left out."""
-        caps: dict[str, int] = {}
+    def reserve(self, queues: set[str], at: int, want: int) -> dict[str, Reserved]:
+        """The lanes (and places in them) a lease of ``want`` jobs at ``at`` may fill in
+        each limited queue of ``queues``, as queue_limits_reserve answers: the lowest
+        usable lanes, one a job; its length is the queue's cap. Unlimited queues are left
+        out."""
+        out: dict[str, Reserved] = {}
         for name in sorted(queues):
             q = self._queues.get(name)
             if q is None or (q.concurrency is None and q.rate is None):
                 continue
-            cap = want
-            if q.rate is not None:
-                cap = min(cap, len(self._usable_tokens(q, at)))
-            if q.concurrency is not None and cap > 0:
-                cap = min(cap, len(self._free_slots(q, at)))
-            caps[name] = cap
-        return caps
+            got: Reserved = []
+            for slot in sorted(s for s in q.lanes if s > 0):
+                if len(got) == want:
+                    break
+                lane = q.lanes[slot]
+                cpos = None if lane.places is None else self._free_place(lane, at)
+                rpos = None
+                if lane.stamps is not None:
+                    assert q.period_ms is not None
+                    rpos = self._usable_stamp(lane, q.period_ms, at)
+                if (lane.places is None or cpos is not None) and (
+                    lane.stamps is None or rpos is not None
+                ):
+                    got.append((slot, cpos, rpos))
+            out[name] = got
+        return out
 
-    def take(self, leased: list[Job], at: int) -> None:
-        """Write the leases ``leased`` (of limited queues, within their caps) into their
-        queues' lowest usable rows, as queue_limits_fill does (by run_id within a
-        queue)."""
+    def take(self, leased: list[Job], at: int, reserved: dict[str, Reserved]) -> None:
+        """Write the leases ``leased`` (of limited queues, within their caps) into the
+        lanes ``reserved`` for them, as queue_limits_fill does: the i-th of a queue by
+        run_id into its i-th lane."""
         by_queue: dict[str, list[Job]] = {}
         for job in sorted(leased, key=lambda j: j.run_id):
-            if job.queue in self._queues:
+            if job.queue in reserved:
                 by_queue.setdefault(job.queue, []).append(job)
         for name, jobs in by_queue.items():
             q = self._queues[name]
-            tokens = self._usable_tokens(q, at) if q.rate is not None else []
-            slots = self._free_slots(q, at) if q.concurrency is not None else []
-            for i, job in enumerate(jobs):
-                if q.rate is not None:
-                    q.tokens[tokens[i]] = _Slot(job.run_id, job.lease_sequence, None, at)
-                if q.concurrency is not None:
-                    q.slots[slots[i]] = _Slot(job.run_id, job.lease_sequence, job.lease_until, at)
+            for job, (slot, cpos, rpos) in zip(jobs, reserved[name], strict=False):
+                lane = q.lanes[slot]
+                if cpos is not None and lane.places is not None:
+                    lane.places[cpos] = _Place(job.run_id, job.lease_sequence, job.lease_until)
+                if rpos is not None and lane.stamps is not None:
+                    lane.stamps[rpos] = at
 
     def keep(self, job: Job, at: int, until: int) -> bool:
         """After a renew of ``job`` to ``until``: False when its queue has a concurrency
-        limit and its lease holds no row and finds no free one (the lease must end), as
+        limit and its lease holds no place and finds no free one (the lease must end), as
         queue_limits_keep answers."""
         q = self._queues.get(job.queue)
         if q is None or q.concurrency is None:
             return True
-        for row in q.slots.values():
-            if row.run_id == job.run_id and row.lease_sequence == job.lease_sequence:
-                row.lease_until = max(row.lease_until or until, until)
+        kept = False
+        for lane in q.lanes.values():
+            for place in lane.places or []:
+                if place.run_id == job.run_id and place.lease_sequence == job.lease_sequence:
+                    place.lease_until = max(place.lease_until or until, until)
+                    kept = True
+        if kept:
+            return True
+        for slot in sorted(s for s in q.lanes if s > 0):
+            lane = q.lanes[slot]
+            if lane.places is None:
+                continue
+            k = self._free_place(lane, at)
+            if k is not None:
+                lane.places[k] = _Place(job.run_id, job.lease_sequence, until)
                 return True
-        free = self._free_slots(q, at)
-        if not free:
-            return False
-        q.slots[free[0]] = _Slot(job.run_id, job.lease_sequence, until, at)
-        return True
+        return False

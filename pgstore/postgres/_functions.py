@@ -59,6 +59,8 @@ JOB_SCHEDULE_MANY = Function(
     "job_schedule_many", ("text[]", "bigint[]", "text", "integer", "jsonb[]")
 )
 NOW_MS = Function("now_ms", ())
+QUEUE_LANE_FREE = Function("queue_lane_free", ("text[]", "bigint[]", "bigint[]", "bigint"))
+QUEUE_LANE_USABLE = Function("queue_lane_usable", ("bigint[]", "bigint", "bigint"))
 QUEUE_LIMIT_MAX = Function("queue_limit_max", ())
 QUEUE_LIMITS_CAPS = Function("queue_limits_caps", ("jsonb", "text[]"))
 QUEUE_LIMITS_FILL = Function(
@@ -77,6 +79,7 @@ QUEUE_RESUME = Function("queue_resume", ("text",))
 QUEUE_SET_CONCURRENCY = Function("queue_set_concurrency", ("text", "integer"))
 QUEUE_SET_RATE = Function("queue_set_rate", ("text", "integer", "bigint"))
 QUEUE_SLOT_FREE = Function("queue_slot_free", ("text", "bigint", "bigint", "bigint"))
+QUEUE_SLOTS_LAYOUT = Function("queue_slots_layout", ("text", "integer", "integer"))
 RAISE_INVALID = Function("raise_invalid", ("text",))
 RAISE_NO_EPOCH = Function("raise_no_epoch", ())
 RAISE_STANDBY = Function("raise_standby", ())
@@ -147,6 +150,8 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_SCHEDULE, security_definer=True, volatility="volatile"),
     Definition(JOB_SCHEDULE_MANY, security_definer=True, volatility="volatile"),
     Definition(NOW_MS, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_LANE_FREE, security_definer=False, volatility="stable"),
+    Definition(QUEUE_LANE_USABLE, security_definer=False, volatility="immutable"),
     Definition(QUEUE_LIMIT_MAX, security_definer=False, volatility="immutable"),
     Definition(QUEUE_LIMITS_CAPS, security_definer=False, volatility="stable"),
     Definition(QUEUE_LIMITS_FILL, security_definer=False, volatility="volatile"),
@@ -159,6 +164,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(QUEUE_SET_CONCURRENCY, security_definer=True, volatility="volatile"),
     Definition(QUEUE_SET_RATE, security_definer=True, volatility="volatile"),
     Definition(QUEUE_SLOT_FREE, security_definer=False, volatility="stable"),
+    Definition(QUEUE_SLOTS_LAYOUT, security_definer=False, volatility="volatile"),
     Definition(RAISE_INVALID, security_definer=False, volatility="volatile"),
     Definition(RAISE_NO_EPOCH, security_definer=False, volatility="volatile"),
     Definition(RAISE_STANDBY, security_definer=False, volatility="volatile"),

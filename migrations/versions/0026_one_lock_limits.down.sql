@@ -1,0 +1,794 @@
+-- pgstore 0026, downgrade: written by make revision from sql/; 0026_one_lock_limits.py says what and why.
+
+CREATE OR REPLACE FUNCTION job_renew(p_run_id text, p_holder text, p_now bigint, p_ttl_ms bigint, p_lease_sequence bigint DEFAULT NULL::bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_now     bigint;
+    v_until   bigint;
+    v_renewed  boolean;
+    v_queue    text;
+    v_sequence bigint;
+    v_limited  boolean;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('run_id', p_run_id);
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_positive('ttl_ms', p_ttl_ms);
+    PERFORM check_sequence(p_lease_sequence);
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
+    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
+    -- The same probe of queues tells whether the job's queue has a concurrency
+    -- limit: then the lease's row in queue_slots is extended too, or the lease
+    -- ends (sql/24_queue_limits.sql).
+    UPDATE jobs j
+       SET lease_until = v_until
+     WHERE j.run_id = p_run_id
+       AND j.lease_holder = p_holder
+       AND j.lease_until > v_now
+       AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
+    RETURNING true, j.queue, j.lease_sequence,
+              (SELECT q.concurrency_limit IS NOT NULL FROM queues q WHERE q.queue = j.queue)
+         INTO v_renewed, v_queue, v_sequence, v_limited;
+    IF v_limited
+       AND cardinality(queue_limits_keep(ARRAY[v_queue], ARRAY[p_run_id], ARRAY[v_sequence],
+                                         v_now, v_until)) > 0 THEN
+        -- The queue is full and this lease holds none of its rows: it ends now.
+        UPDATE jobs j SET lease_until = v_now WHERE j.run_id = p_run_id;
+        RETURN false;
+    END IF;
+    RETURN coalesce(v_renewed, false);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION job_renew_many(p_run_ids text[], p_holder text, p_now bigint, p_ttl_ms bigint, p_lease_sequences bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(run_id text, renewed boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_now     bigint;
+    v_until   bigint;
+    v_fences  jsonb;  -- run_id -> lease_sequence; NULL when no array is given
+    v_renewed jsonb;  -- run_id -> true, for the leases the UPDATE extended
+    v_queues    text[];
+    v_limited   text[];  -- the renewed leases of queues with a concurrency limit
+    v_sequences bigint[];
+    v_lost      text[];
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_run_ids(p_run_ids);
+    PERFORM check_name('holder', p_holder);
+    PERFORM check_positive('ttl_ms', p_ttl_ms);
+    PERFORM check_lease_sequences(p_lease_sequences, cardinality(p_run_ids));
+    v_now := check_lease(p_now, 'ttl_ms', p_ttl_ms);
+    v_until := v_now + p_ttl_ms;  -- raises 22003 on overflow, never wraps
+
+    -- As job_mark_dispatched_many: the fences looked up by run_id in a jsonb
+    -- object (a binary search), not joined, so the call's cost grows with the
+    -- batch, not with its square, in any plan; the rows reached through the
+    -- primary key.
+    v_fences := jsonb_object(p_run_ids, p_lease_sequences::text[]);
+
+    -- As job_renew: the leases of queues with a concurrency limit keep their
+    -- rows in queue_slots, or end (sql/24_queue_limits.sql).
+    WITH renewed AS (
+        UPDATE jobs j
+           SET lease_until = v_until
+         WHERE j.run_id = ANY (p_run_ids)
+           AND j.lease_holder = p_holder
+           AND j.lease_until > v_now
+           AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
+        RETURNING j.run_id, j.queue, j.lease_sequence)
+    SELECT jsonb_object(array_agg(r.run_id), array_agg('true'::text)),
+           array_agg(r.queue) FILTER (WHERE q.concurrency_limit IS NOT NULL),
+           array_agg(r.run_id) FILTER (WHERE q.concurrency_limit IS NOT NULL),
+           array_agg(r.lease_sequence) FILTER (WHERE q.concurrency_limit IS NOT NULL)
+      INTO v_renewed, v_queues, v_limited, v_sequences  -- NULL when no lease was extended
+      FROM renewed r
+      LEFT JOIN queues q ON q.queue = r.queue;
+    IF v_limited IS NOT NULL THEN
+        v_lost := queue_limits_keep(v_queues, v_limited, v_sequences, v_now, v_until);
+        IF cardinality(v_lost) > 0 THEN
+            -- Their queue is full and they hold none of its rows: they end now.
+            UPDATE jobs j SET lease_until = v_now WHERE j.run_id = ANY (v_lost);
+            v_renewed := v_renewed - v_lost;
+        END IF;
+    END IF;
+
+    RETURN QUERY
+    SELECT u.run_id, (v_renewed ->> u.run_id) IS NOT NULL
+      FROM unnest(p_run_ids) WITH ORDINALITY AS u(run_id, ord)
+     ORDER BY u.ord;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION job_lease_take(p_holder text, p_now bigint, p_until bigint, p_limit integer, p_queues text[], p_priorities integer[])
+ RETURNS SETOF jobs
+ LANGUAGE plpgsql
+AS $function$
+-- Runs as its caller, job_lease or job_lease_many (as the store's owner, on
+-- its pinned search_path), after they checked every argument and found, with
+-- job_lease_due, the groups p_queues and p_priorities (in one order) with jobs
+-- leasable now: several, or one other than the default group (whose walk is
+-- theirs).
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_window  integer;
+    v_left    integer := p_limit;
+    v_more    boolean;
+    v_rows    jobs[] := ARRAY[]::jobs[];
+    v_round   jobs[];
+    v_default boolean;
+    v_queues  text[] := p_queues;
+    v_prios   integer[] := p_priorities;
+    v_limited text[];  -- the limited queues among the groups
+    v_limits  jsonb;   -- NULL: none
+    v_caps    jsonb;
+    v_one     boolean := false;
+BEGIN
+    -- Queue limits (sql/24_queue_limits.sql): the limited queues among the
+    -- groups (one probe of queues a queue); lock their rows first, as many as
+    -- each has jobs leasable now (up to p_limit), and lease at most as many of
+    -- each one's jobs (its cap); a queue with none free drops out, like a
+    -- paused one. Its leases take the rounds below, which write them into the
+    -- rows at the end.
+    SELECT array_agg(q.queue) INTO v_limited
+      FROM queues q
+     WHERE q.queue = ANY (v_queues)
+       AND (q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL);
+    IF v_limited IS NOT NULL THEN
+        SELECT queue_limits_reserve(array_agg(w.queue), array_agg(w.want), p_now)
+          INTO v_limits
+          FROM queue_limits_wants(v_queues, v_prios, v_limited, p_now, p_limit) w;
+        v_caps := queue_limits_caps(v_limits, '{}');
+        SELECT array_agg(g.queue), array_agg(g.priority)
+          INTO v_queues, v_prios
+          FROM unnest(v_queues, v_prios) AS g(queue, priority)
+         WHERE coalesce((v_caps ->> g.queue)::integer, 1) > 0;
+        IF v_queues IS NULL THEN
+            RETURN;
+        END IF;
+        -- One queue only (one group, or the priorities of one): its cap is the
+        -- limit of the lease; else each limited queue's first cap rows are its
+        -- candidates.
+        v_one := (SELECT count(DISTINCT g.queue) = 1 FROM unnest(v_queues) AS g(queue));
+    END IF;
+    v_default := EXISTS (SELECT FROM unnest(v_queues, v_prios) AS g(queue, priority)
+                         WHERE g.queue = 'default' AND g.priority = 0);
+
+    -- Every read of a group below states the predicate of the index that holds
+    -- it, so it walks that index and no other (never a paused queue's backlog).
+    --
+    -- One group with jobs leasable now: its due head in lease order, locked as
+    -- it is walked, skipping rows concurrent leasers hold locked; the UPDATE
+    -- reaches them through the primary key. Only the branch the CASE takes runs
+    -- (InitPlans run when first read). job_fences and store_epoch are read by
+    -- this statement (InitPlans, once), never by an earlier one, and a job out
+    -- of attempts is failed by this UPDATE instead of leased (it counts against
+    -- p_limit and is left out of the answer).
+    -- (Without limits v_queues and v_prios are p_queues and p_priorities.)
+    IF cardinality(v_queues) = 1 AND NOT v_default AND v_limits IS NULL THEN
+        RETURN QUERY
+        WITH leased AS (
+            UPDATE jobs j
+               SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                   lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
+                   lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                         THEN greatest(j.lease_sequence + 1,
+                                                       (SELECT token_floor_at(
+                                                                   (SELECT e.epoch
+                                                                      FROM store_epoch e))),
+                                                       (SELECT f.lease_sequence + 1
+                                                          FROM job_fences f))
+                                         ELSE j.lease_sequence END,
+                   attempts = CASE WHEN j.attempts < j.max_attempts
+                                   THEN j.attempts + 1 ELSE j.attempts END,
+                   failed = j.attempts >= j.max_attempts,
+                   finished_at = CASE WHEN j.attempts < j.max_attempts
+                                      THEN j.finished_at ELSE now_ms() END,
+                   last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                     ELSE format('out of attempts: leased %s times '
+                                                 '(max_attempts %s), the last lease '
+                                                 'expired without a release',
+                                                 j.attempts, j.max_attempts) END
+             WHERE j.run_id = ANY (ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                          AND (c.queue <> 'default' OR c.priority <> 0)
+                          AND c.queue = p_queues[1] AND c.priority = p_priorities[1]
+                          AND c.dispatch_at <= p_now
+                          AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                        ORDER BY c.dispatch_at, c.run_id
+                        LIMIT p_limit
+                          FOR UPDATE SKIP LOCKED))
+            RETURNING j.*)
+        SELECT l.* FROM leased l WHERE NOT l.failed ORDER BY l.dispatch_at, l.run_id;
+        RETURN;
+    END IF;
+
+    -- Several groups with jobs leasable now: the due head of each (tuple ids,
+    -- unlocked), then those tuples (one heap page each, no index descent) in
+    -- lease order, locked up to v_left: LockRows sits between the sort and the
+    -- limit, so it locks in order and no more than it returns, and rechecks
+    -- each row it locks in its newest version. The recheck is one opaque
+    -- condition (IS TRUE): bare, it would have the planner walk the queues'
+    -- whole due backlog in a pending index instead. job_lease's rules for each
+    -- job, as above.
+    --
+    -- Each group's due head is read p_limit + 16 deep, so 16 concurrent leasers
+    -- find rows the others have not locked. A round that leases fewer than it
+    -- may while some head was cut short reads four times deeper (the rows it
+    -- leased are live leases by then, and skipped).
+    v_window := p_limit + 16;
+    LOOP
+        WITH heads AS MATERIALIZED (
+            SELECT w.tid, 'default'::text AS queue, w.priority, w.dispatch_at, w.run_id,
+                   w.rn, w.n
+              FROM (SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
+                           count(*) OVER () AS n
+                      FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
+                              FROM jobs c
+                             WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                               AND c.queue = 'default' AND c.priority = 0
+                               AND c.dispatch_at <= p_now
+                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                             ORDER BY c.dispatch_at, c.run_id
+                             LIMIT v_window) x
+                     WHERE v_default) w
+            UNION ALL
+            SELECT w.tid, g.queue, w.priority, w.dispatch_at, w.run_id, w.rn, w.n
+              FROM unnest(v_queues, v_prios) AS g(queue, priority)
+             CROSS JOIN LATERAL (
+                   SELECT x.*, row_number() OVER (ORDER BY x.dispatch_at, x.run_id) AS rn,
+                          count(*) OVER () AS n
+                     FROM (SELECT c.ctid AS tid, c.priority, c.dispatch_at, c.run_id
+                             FROM jobs c
+                            WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                              AND (c.queue <> 'default' OR c.priority <> 0)
+                              AND c.queue = g.queue AND c.priority = g.priority
+                              AND c.dispatch_at <= p_now
+                              AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                            ORDER BY c.dispatch_at, c.run_id
+                            LIMIT v_window) x) w
+             WHERE g.queue <> 'default' OR g.priority <> 0),
+        -- A head cut short (v_window rows read) may hide rows that come before
+        -- another group's in lease order: only the rows up to the earliest last
+        -- row of a cut head are merged, so a lease never skips an unlocked row
+        -- it should have taken first.
+        -- A limited queue's first cap rows in lease order, over its groups (one
+        -- queue only: all of them, and its cap limits the lease below). Without
+        -- limits the heads as they are: the other branch reads no row.
+        capped AS (
+            SELECT h.tid, h.priority, h.dispatch_at, h.run_id
+              FROM heads h
+             WHERE v_limits IS NULL
+            UNION ALL
+            SELECT c.tid, c.priority, c.dispatch_at, c.run_id
+              FROM (SELECT h.*,
+                           row_number() OVER (PARTITION BY h.queue
+                                              ORDER BY h.priority DESC, h.dispatch_at,
+                                                       h.run_id) AS qn
+                      FROM heads h
+                     WHERE v_limits IS NOT NULL) c
+             WHERE v_one OR c.qn <= coalesce((v_caps ->> c.queue)::integer, c.qn)),
+        safe AS (
+            SELECT h.tid
+              FROM capped h
+             WHERE NOT EXISTS (
+                       SELECT FROM heads l
+                        WHERE l.n >= v_window AND l.rn = l.n
+                          AND (-l.priority, l.dispatch_at, l.run_id)
+                              < (-h.priority, h.dispatch_at, h.run_id))),
+        leased AS (
+            UPDATE jobs j
+               SET lease_holder = CASE WHEN j.attempts < j.max_attempts THEN p_holder END,
+                   lease_until = CASE WHEN j.attempts < j.max_attempts THEN p_until END,
+                   lease_sequence = CASE WHEN j.attempts < j.max_attempts
+                                         THEN greatest(j.lease_sequence + 1,
+                                                       (SELECT token_floor_at(
+                                                                   (SELECT e.epoch
+                                                                      FROM store_epoch e))),
+                                                       (SELECT f.lease_sequence + 1
+                                                          FROM job_fences f))
+                                         ELSE j.lease_sequence END,
+                   attempts = CASE WHEN j.attempts < j.max_attempts
+                                   THEN j.attempts + 1 ELSE j.attempts END,
+                   failed = j.attempts >= j.max_attempts,
+                   finished_at = CASE WHEN j.attempts < j.max_attempts
+                                      THEN j.finished_at ELSE now_ms() END,
+                   last_error = CASE WHEN j.attempts < j.max_attempts THEN j.last_error
+                                     ELSE format('out of attempts: leased %s times '
+                                                 '(max_attempts %s), the last lease '
+                                                 'expired without a release',
+                                                 j.attempts, j.max_attempts) END
+             WHERE j.run_id = ANY (ARRAY(
+                       SELECT c.run_id
+                         FROM jobs c
+                        WHERE c.ctid = ANY (ARRAY(SELECT f.tid FROM safe f))
+                          AND (NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+                               AND c.dispatch_at <= p_now
+                               AND (c.lease_until IS NULL OR c.lease_until <= p_now)
+                               AND (c.queue, c.priority) IN (
+                                       SELECT * FROM unnest(v_queues, v_prios)))
+                              IS TRUE
+                        ORDER BY c.priority DESC, c.dispatch_at, c.run_id
+                        LIMIT CASE WHEN v_one
+                                   THEN least(v_left, (v_caps ->> v_queues[1])::integer)
+                                   ELSE v_left END
+                          FOR UPDATE SKIP LOCKED))
+            RETURNING j AS job)
+        SELECT coalesce(array_agg(l.job), ARRAY[]::jobs[]),
+               coalesce((SELECT bool_or(h.n >= v_window) FROM heads h), false)
+          INTO v_round, v_more
+          FROM leased l;
+
+        v_rows := v_rows || v_round;
+        v_left := v_left - cardinality(v_round);
+        IF v_limits IS NOT NULL THEN
+            v_caps := queue_limits_caps(
+                v_limits, ARRAY(SELECT r.queue FROM unnest(v_rows) r WHERE NOT r.failed));
+        END IF;
+        EXIT WHEN v_left <= 0 OR NOT v_more;
+        v_window := v_window * 4;
+    END LOOP;
+    IF v_limits IS NOT NULL THEN
+        -- A job failed instead of leased took no row.
+        PERFORM queue_limits_fill(v_limits, array_agg(r.queue), array_agg(r.run_id),
+                                  array_agg(r.lease_sequence), p_now, p_until)
+           FROM unnest(v_rows) r
+          WHERE NOT r.failed;
+    END IF;
+
+    RETURN QUERY
+    SELECT r.* FROM unnest(v_rows) r
+     WHERE NOT r.failed
+     ORDER BY r.priority DESC, r.dispatch_at, r.run_id;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION queue_list(p_now bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(queue text, depth bigint, due bigint, leased bigint, paused boolean, concurrency_limit integer, rate_limit integer, rate_period_ms bigint, rate_used bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_now bigint;
+BEGIN
+    v_now := CASE WHEN p_now IS NULL THEN now_ms() ELSE check_now(p_now) END;
+    -- Each half's WHERE is one pending index's predicate: one read of the jobs
+    -- still waiting, never of the history.
+    RETURN QUERY
+    WITH counts AS (
+        SELECT j.queue,
+               count(*) AS depth,
+               count(*) FILTER (WHERE j.dispatch_at <= v_now
+                                  AND (j.lease_until IS NULL OR j.lease_until <= v_now))
+                   AS due,
+               count(*) FILTER (WHERE j.lease_until > v_now) AS leased
+          FROM (SELECT d.queue, d.dispatch_at, d.lease_until
+                  FROM jobs d
+                 WHERE NOT d.dispatched AND NOT d.cancelled AND NOT d.failed
+                   AND d.queue = 'default' AND d.priority = 0
+                UNION ALL
+                SELECT q.queue, q.dispatch_at, q.lease_until
+                  FROM jobs q
+                 WHERE NOT q.dispatched AND NOT q.cancelled AND NOT q.failed
+                   AND (q.queue <> 'default' OR q.priority <> 0)) AS j
+         GROUP BY j.queue)
+    -- rate_used: the queue's rate rows (sql/24_queue_limits.sql) taken in
+    -- the last period, what a lease could not take again yet (in numeric: a
+    -- window that starts before the smallest bigint is no overflow).
+    SELECT coalesce(c.queue, s.queue), coalesce(c.depth, 0), coalesce(c.due, 0),
+           coalesce(c.leased, 0), coalesce(s.paused, false),
+           s.concurrency_limit, s.rate_limit, s.rate_period_ms,
+           CASE WHEN s.rate_limit IS NOT NULL THEN
+               (SELECT count(*) FROM queue_slots r
+                 WHERE r.queue = s.queue AND r.kind = 'rate' AND r.slot <= s.rate_limit
+                   AND r.taken_at::numeric > v_now::numeric - s.rate_period_ms)
+           END
+      FROM counts c
+      FULL JOIN queues s ON s.queue = c.queue
+     ORDER BY 1;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_limit_max() IS
+'The largest concurrency or rate limit a queue may have: 10000 (one queue_slots row '
+'each).';
+
+COMMENT ON FUNCTION queue_slot_free(text, bigint, bigint, bigint) IS
+'Whether a concurrency row (its run_id, lease_sequence and lease_until) serves no '
+'live lease at p_now: it never served one, its lease_until <= p_now, or the job of '
+'its lease (p_run_id, p_lease_sequence) shows that lease ended (dispatched, '
+'released, failed, or leased again). A cancelled job''s live lease keeps its row: its '
+'dispatch may still be running. p_now NULL: only the job''s evidence frees a row that '
+'served a lease (NULL, not true, otherwise).';
+
+CREATE OR REPLACE FUNCTION queue_set_concurrency(p_queue text, p_limit integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_old integer;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('queue', p_queue);
+    PERFORM check_queue_limit('limit', p_limit);
+
+    -- The queue's row, locked: two calls for one queue take turns.
+    SELECT q.concurrency_limit INTO v_old FROM queues q WHERE q.queue = p_queue FOR UPDATE;
+    IF NOT FOUND AND p_limit IS NULL OR v_old IS NOT DISTINCT FROM p_limit THEN
+        RETURN false;
+    END IF;
+    -- A name of at most 1024 characters can still exceed the btree's limit on
+    -- index entries (incompressible multibyte characters): bad input, not a crash.
+    BEGIN
+        INSERT INTO queues AS q (queue, updated_at, concurrency_limit)
+        VALUES (p_queue, now_ms(), p_limit)
+        ON CONFLICT (queue) DO UPDATE
+            SET concurrency_limit = excluded.concurrency_limit,
+                updated_at = excluded.updated_at;
+    EXCEPTION WHEN program_limit_exceeded THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'queue is too long to index: at most about 2700 bytes of UTF-8';
+    END;
+
+    IF p_limit IS NULL THEN
+        -- No limit: the rows go, busy or not (a renew then needs none).
+        DELETE FROM queue_slots s WHERE s.queue = p_queue AND s.kind = 'concurrency';
+    ELSE
+        INSERT INTO queue_slots (queue, kind, slot)
+        SELECT p_queue, 'concurrency', g FROM generate_series(1, p_limit) AS g
+        ON CONFLICT DO NOTHING;
+        -- Lowered: the rows above the limit are never taken again. Those that
+        -- serve no lease go now; one whose lease may live serves it to its end (its
+        -- renews keep it) and goes at a later call once that lease shows it ended.
+        -- No clock decides it here (a NULL now: lease_until alone frees nothing),
+        -- so a holder whose p_now runs behind the database clock keeps its row.
+        DELETE FROM queue_slots s
+         WHERE (s.queue, s.kind, s.slot) IN (
+                   SELECT f.queue, f.kind, f.slot
+                     FROM queue_slots f
+                    WHERE f.queue = p_queue AND f.kind = 'concurrency' AND f.slot > p_limit
+                      AND queue_slot_free(f.run_id, f.lease_sequence, f.lease_until, NULL)
+                      FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Idle dispatchers wake: a raised (or removed) limit may free due jobs.
+    PERFORM pg_notify(job_channel(), now_ms()::text);
+    RETURN true;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_set_concurrency(text, integer) IS
+'Sets the concurrency limit of the queue p_queue (any name: it need not hold jobs) '
+'to p_limit: job_lease and job_lease_many then hold at most p_limit live leases of '
+'its jobs at once, across every caller (NULL: no limit). A live lease counts until '
+'it expires or its job is dispatched, released or failed (a cancelled job''s lease '
+'still counts: its dispatch may be running). Leases taken before the limit was set '
+'count from their next renew, which answers false (and ends the lease) when the '
+'queue is full; lowering the limit ends no lease. Answers true when the limit '
+'changed, false when it was p_limit already (nothing changes); at commit a change '
+'notifies job_channel(). 22023 and nothing changes: p_queue NULL, empty or longer '
+'than 1024 characters, p_limit below 1 or above queue_limit_max().';
+
+CREATE OR REPLACE FUNCTION queue_set_rate(p_queue text, p_limit integer, p_period_ms bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path FROM CURRENT
+AS $function$
+DECLARE
+    v_old_limit  integer;
+    v_old_period bigint;
+BEGIN
+    PERFORM check_primary();
+    PERFORM check_name('queue', p_queue);
+    PERFORM check_queue_limit('limit', p_limit);
+    IF (p_limit IS NULL) <> (p_period_ms IS NULL)
+       OR p_period_ms < 1 OR p_period_ms > 31622400000 THEN
+        PERFORM raise_invalid(
+            'period_ms must be NULL exactly when limit is, else from 1 to 31622400000 '
+            '(366 days)');
+    END IF;
+
+    SELECT q.rate_limit, q.rate_period_ms INTO v_old_limit, v_old_period
+      FROM queues q WHERE q.queue = p_queue FOR UPDATE;
+    IF NOT FOUND AND p_limit IS NULL
+       OR (v_old_limit, v_old_period) IS NOT DISTINCT FROM (p_limit, p_period_ms) THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        INSERT INTO queues AS q (queue, updated_at, rate_limit, rate_period_ms)
+        VALUES (p_queue, now_ms(), p_limit, p_period_ms)
+        ON CONFLICT (queue) DO UPDATE
+            SET rate_limit = excluded.rate_limit,
+                rate_period_ms = excluded.rate_period_ms,
+                updated_at = excluded.updated_at;
+    EXCEPTION WHEN program_limit_exceeded THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'queue is too long to index: at most about 2700 bytes of UTF-8';
+    END;
+
+    -- The rows keep their taken_at: a lease taken before a change still counts
+    -- in the windows it falls in, measured with the new period.
+    DELETE FROM queue_slots s
+     WHERE s.queue = p_queue AND s.kind = 'rate' AND s.slot > coalesce(p_limit, 0);
+    IF p_limit IS NOT NULL THEN
+        INSERT INTO queue_slots (queue, kind, slot)
+        SELECT p_queue, 'rate', g FROM generate_series(1, p_limit) AS g
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM pg_notify(job_channel(), now_ms()::text);
+    RETURN true;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_set_rate(text, integer, bigint) IS
+'Sets the rate limit of the queue p_queue (any name) to p_limit leases per '
+'p_period_ms: job_lease and job_lease_many then lease at most p_limit of its jobs in '
+'any window of p_period_ms, across every caller, measured with each lease''s p_now '
+'(NULL: the database clock). Both NULL: no limit. Leases taken before a change count '
+'in the windows they fall in (up to the new limit). Answers true when the limit '
+'changed, false when it was that already (nothing changes); at commit a change '
+'notifies job_channel(). 22023 and nothing changes: p_queue NULL, empty or longer '
+'than 1024 characters, p_limit below 1 or above queue_limit_max(), p_period_ms NULL '
+'while p_limit is not (or the other way round), below 1 or above 31622400000 (366 '
+'days).';
+
+CREATE OR REPLACE FUNCTION queue_limits_reserve(p_queues text[], p_wants integer[], p_now bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+-- Runs as its caller, job_lease_take (as the store's owner, on its pinned
+-- search_path), for the limited queues among the groups it leases from.
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_queue  text;
+    v_conc   integer;
+    v_rate   integer;
+    v_period bigint;
+    v_slots  integer[];
+    v_tokens integer[];
+    v_want   integer;
+    v_out    jsonb := '{}'::jsonb;
+BEGIN
+    FOR v_queue, v_want, v_conc, v_rate, v_period IN
+        SELECT q.queue, w.want, q.concurrency_limit, q.rate_limit, q.rate_period_ms
+          FROM unnest(p_queues, p_wants) AS w(queue, want)
+          JOIN queues q ON q.queue = w.queue
+         WHERE q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL
+         ORDER BY q.queue
+    LOOP
+        v_slots := NULL;
+        v_tokens := NULL;
+        -- The rate first: a lease in a queue with both limits locks only as
+        -- many concurrency rows as it got rate rows. (The window's start in
+        -- numeric: one before the smallest bigint is no overflow.)
+        IF v_rate IS NOT NULL THEN
+            SELECT coalesce(array_agg(s.slot), '{}') INTO v_tokens
+              FROM (SELECT s.slot
+                      FROM queue_slots s
+                     WHERE s.queue = v_queue AND s.kind = 'rate' AND s.slot <= v_rate
+                       AND (s.taken_at IS NULL OR s.taken_at::numeric <= p_now::numeric - v_period)
+                     ORDER BY s.slot
+                     LIMIT v_want
+                       FOR UPDATE SKIP LOCKED) s;
+            v_want := cardinality(v_tokens);
+        END IF;
+        IF v_conc IS NOT NULL AND v_want > 0 THEN
+            SELECT coalesce(array_agg(s.slot), '{}') INTO v_slots
+              FROM (SELECT s.slot
+                      FROM queue_slots s
+                     WHERE s.queue = v_queue AND s.kind = 'concurrency' AND s.slot <= v_conc
+                       AND queue_slot_free(s.run_id, s.lease_sequence, s.lease_until, p_now)
+                     ORDER BY s.slot
+                     LIMIT v_want
+                       FOR UPDATE SKIP LOCKED) s;
+            v_want := cardinality(v_slots);
+        ELSIF v_conc IS NOT NULL THEN
+            v_slots := '{}';
+        END IF;
+        v_out := v_out || jsonb_build_object(
+            v_queue, jsonb_build_object('cap', v_want, 'slots', v_slots,
+                                        'tokens', v_tokens[1:v_want]));
+    END LOOP;
+    RETURN v_out;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_limits_reserve(text[], integer[], bigint) IS
+'For each queue p_queues[i] that has a limit: locks (FOR UPDATE SKIP LOCKED) up to '
+'p_wants[i] usable rows of each of its limits at p_now (rate rows at least '
+'rate_period_ms old, then as many free concurrency rows, queue_slot_free) and '
+'answers {queue: {cap, slots, tokens}}: the lease may take at most cap of the '
+'queue''s jobs, and queue_limits_fill writes them into those rows. Queues without '
+'limits are left out; ''{}'' when none has one. Rows it locks and does not fill are '
+'let go at commit, unwritten.';
+
+CREATE OR REPLACE FUNCTION queue_limits_fill(p_limits jsonb, p_queues text[], p_run_ids text[], p_sequences bigint[], p_now bigint, p_until bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+-- Runs as its caller, job_lease_take, in the transaction that reserved the
+-- rows (it holds their locks) and took the leases (p_queues[i], p_run_ids[i],
+-- p_sequences[i]).
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    -- The i-th leased job of a queue (by run_id) gets the queue's i-th
+    -- reserved row of each kind.
+    -- More leased jobs than reserved rows would be a bug of the caller's: an
+    -- error, never a lease over the limit.
+    IF EXISTS (
+           SELECT FROM (SELECT j.queue, count(*) AS n
+                          FROM unnest(p_queues) AS j(queue)
+                         WHERE p_limits ? j.queue
+                         GROUP BY j.queue) c
+            WHERE c.n > (p_limits -> c.queue ->> 'cap')::integer) THEN
+        RAISE EXCEPTION 'pgstore: a lease took more jobs of a limited queue than it reserved';
+    END IF;
+    UPDATE queue_slots s
+       SET run_id = p.run_id,
+           lease_sequence = p.lease_sequence,
+           lease_until = CASE WHEN p.kind = 'concurrency' THEN p_until END,
+           taken_at = p_now
+      FROM (SELECT l.queue, l.run_id, l.lease_sequence, k.kind, k.slot
+              FROM (SELECT j.queue, j.run_id, j.lease_sequence,
+                           row_number() OVER (PARTITION BY j.queue ORDER BY j.run_id) - 1 AS i
+                      FROM unnest(p_queues, p_run_ids, p_sequences)
+                           AS j(queue, run_id, lease_sequence)
+                     WHERE p_limits ? j.queue) l
+             CROSS JOIN LATERAL (
+                   VALUES ('concurrency', (p_limits -> l.queue -> 'slots' ->> l.i::integer)::integer),
+                          ('rate', (p_limits -> l.queue -> 'tokens' ->> l.i::integer)::integer)
+                   ) AS k(kind, slot)
+             WHERE k.slot IS NOT NULL) p
+     WHERE s.queue = p.queue AND s.kind = p.kind AND s.slot = p.slot;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_limits_fill(jsonb, text[], text[], bigint[], bigint, bigint) IS
+'Writes the leases (p_queues[i], p_run_ids[i], p_sequences[i]) into the rows '
+'queue_limits_reserve answered in p_limits: a concurrency row gets the lease '
+'(run_id, lease_sequence) and lease_until p_until, a rate row taken_at p_now. Raises '
+'(P0001) rather than record more leases of a queue than its cap.';
+
+CREATE OR REPLACE FUNCTION queue_limits_keep(p_queues text[], p_run_ids text[], p_sequences bigint[], p_now bigint, p_until bigint)
+ RETURNS text[]
+ LANGUAGE plpgsql
+AS $function$
+-- Runs as its caller, job_renew or job_renew_many, after it extended the
+-- leases (it holds their jobs' row locks), for the jobs of queues with a
+-- concurrency limit.
+-- @plpgsql_check_options: performance_warnings = false
+DECLARE
+    v_kept text[];
+    v_lost text[] := ARRAY[]::text[];
+    v_job  record;
+BEGIN
+    -- The row each lease holds. The row lock orders this with a leaser that
+    -- found the row free (its lease_until passed on that leaser's clock): either
+    -- it took the row first (this UPDATE then finds another lease in it) or it
+    -- sees the extended lease_until.
+    WITH kept AS (
+        UPDATE queue_slots s
+           SET lease_until = greatest(s.lease_until, p_until)
+          FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
+         WHERE s.run_id = u.run_id AND s.lease_sequence = u.seq
+           AND s.queue = u.queue AND s.kind = 'concurrency'
+        RETURNING s.run_id)
+    SELECT coalesce(array_agg(k.run_id), '{}') INTO v_kept FROM kept k;
+
+    -- A lease without a row (taken before the limit was set, or its row taken
+    -- by a leaser whose clock ran past its lease_until) takes a free one, or
+    -- is lost.
+    FOR v_job IN
+        SELECT u.queue, u.run_id, u.seq
+          FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
+         WHERE NOT u.run_id = ANY (v_kept)
+         ORDER BY u.run_id
+    LOOP
+        UPDATE queue_slots s
+           SET run_id = v_job.run_id, lease_sequence = v_job.seq,
+               lease_until = p_until, taken_at = p_now
+         WHERE (s.queue, s.kind, s.slot) = (
+                   SELECT f.queue, f.kind, f.slot
+                     FROM queue_slots f
+                     JOIN queues q ON q.queue = f.queue
+                    WHERE f.queue = v_job.queue AND f.kind = 'concurrency'
+                      AND f.slot <= q.concurrency_limit
+                      AND queue_slot_free(f.run_id, f.lease_sequence, f.lease_until, p_now)
+                    ORDER BY f.slot
+                    LIMIT 1
+                      FOR UPDATE OF f SKIP LOCKED);
+        IF NOT FOUND THEN
+            v_lost := v_lost || v_job.run_id;
+        END IF;
+    END LOOP;
+    RETURN v_lost;
+END
+$function$;
+
+COMMENT ON FUNCTION queue_limits_keep(text[], text[], bigint[], bigint, bigint) IS
+'For the renewed leases (p_queues[i], p_run_ids[i], p_sequences[i]) of queues with a '
+'concurrency limit: extends the concurrency row each holds to p_until, or gives one '
+'that holds none a free row; answers the run_ids of those that found none (the queue '
+'is full: their renew must fail and their lease end).';
+
+DROP FUNCTION queue_slots_layout(text, integer, integer);
+
+DROP FUNCTION queue_lane_usable(bigint[], bigint, bigint);
+
+DROP FUNCTION queue_lane_free(text[], bigint[], bigint[], bigint);
+
+-- queue_slots: from lanes back to one row a place (kind, slot): element k of
+-- lane i of a queue with L lanes is place (k - 1) * L + i of its kind; a retired
+-- row (slot = -place) is the concurrency row of its place. Every place keeps
+-- what it held (a concurrency row's taken_at, which nothing reads, is NULL).
+CREATE TEMPORARY TABLE queue_slots_0026 AS SELECT * FROM queue_slots;
+DROP TABLE queue_slots;
+
+CREATE TABLE queue_slots (
+    queue          text COLLATE "C" NOT NULL,
+    kind           text COLLATE "C" NOT NULL CHECK (kind IN ('concurrency', 'rate')),
+    slot           integer NOT NULL CHECK (slot BETWEEN 1 AND 10000),
+    run_id         text COLLATE "C",
+    lease_sequence bigint,
+    lease_until    bigint,
+    taken_at       bigint,
+    PRIMARY KEY (queue, kind, slot)
+);
+
+CREATE INDEX queue_slots_by_run_id ON queue_slots (run_id);
+
+COMMENT ON TABLE queue_slots IS
+'The rows that keep the queue limits: slots 1..queues.concurrency_limit of kind '
+'''concurrency'' and 1..queues.rate_limit of kind ''rate'' for each limited queue. Written '
+'by queue_set_concurrency and queue_set_rate (rows), the leases (the lease a row serves) '
+'and the renews (lease_until); clients can neither read nor write it.';
+COMMENT ON COLUMN queue_slots.kind IS
+'''concurrency'': the row is one of the queue''s concurrency_limit live leases; '
+'''rate'': one of its rate_limit leases a rate_period_ms.';
+COMMENT ON COLUMN queue_slots.run_id IS
+'The job of the last lease the row served (with lease_sequence: that lease); NULL: none yet.';
+COMMENT ON COLUMN queue_slots.lease_until IS
+'Concurrency rows: the row is busy until then (the lease''s lease_until, extended by every '
+'renew of it), unless the job shows that lease ended first: dispatched, released, failed, '
+'or leased again (a higher lease_sequence). NULL: free. Rate rows: NULL.';
+COMMENT ON COLUMN queue_slots.taken_at IS
+'The p_now (or database clock) of the lease the row served last; a rate row is usable '
+'again once taken_at <= now - rate_period_ms.';
+
+INSERT INTO queue_slots (queue, kind, slot, run_id, lease_sequence, lease_until, taken_at)
+WITH lanes AS (
+    SELECT l.*, count(*) FILTER (WHERE l.slot > 0) OVER (PARTITION BY l.queue) AS n
+      FROM queue_slots_0026 l)
+SELECT l.queue, 'concurrency', (k - 1) * l.n + l.slot, l.run_ids[k], l.lease_sequences[k],
+       l.lease_untils[k], NULL::bigint
+  FROM lanes l
+ CROSS JOIN LATERAL generate_subscripts(l.run_ids, 1) AS k
+ WHERE l.slot > 0
+UNION ALL
+SELECT l.queue, 'concurrency', -l.slot, l.run_ids[1], l.lease_sequences[1], l.lease_untils[1],
+       NULL::bigint
+  FROM lanes l
+ WHERE l.slot < 0
+UNION ALL
+SELECT l.queue, 'rate', (k - 1) * l.n + l.slot, NULL::text, NULL::bigint, NULL::bigint,
+       l.taken_ats[k]
+  FROM lanes l
+ CROSS JOIN LATERAL generate_subscripts(l.taken_ats, 1) AS k
+ WHERE l.slot > 0;
+
+DROP TABLE queue_slots_0026;
