@@ -137,6 +137,7 @@ UPDATE {s}.jobs j
  WHERE j.run_id = ANY (ARRAY(
            SELECT c.run_id FROM {s}.jobs c
             WHERE NOT c.dispatched AND NOT c.cancelled AND NOT c.failed
+              AND c.queue = 'default' AND c.priority = 0
               AND c.dispatch_at <= %(now)s::bigint
               AND (c.lease_until IS NULL OR c.lease_until <= %(now)s::bigint)
             ORDER BY c.dispatch_at, c.run_id
