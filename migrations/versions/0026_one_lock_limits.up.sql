@@ -864,15 +864,15 @@ BEGIN
     END IF;
     UPDATE queue_slots s
        SET run_ids = CASE WHEN p.cpos IS NULL THEN s.run_ids
-                          ELSE s.run_ids[:p.cpos - 1] || p.run_id || s.run_ids[p.cpos + 1:] END,
+                          ELSE s.run_ids[1:p.cpos - 1] || p.run_id || s.run_ids[p.cpos + 1:] END,
            lease_sequences = CASE WHEN p.cpos IS NULL THEN s.lease_sequences
-                                  ELSE s.lease_sequences[:p.cpos - 1] || p.lease_sequence
+                                  ELSE s.lease_sequences[1:p.cpos - 1] || p.lease_sequence
                                        || s.lease_sequences[p.cpos + 1:] END,
            lease_untils = CASE WHEN p.cpos IS NULL THEN s.lease_untils
-                               ELSE s.lease_untils[:p.cpos - 1] || p_until
+                               ELSE s.lease_untils[1:p.cpos - 1] || p_until
                                     || s.lease_untils[p.cpos + 1:] END,
            taken_ats = CASE WHEN p.rpos IS NULL THEN s.taken_ats
-                            ELSE s.taken_ats[:p.rpos - 1] || p_now
+                            ELSE s.taken_ats[1:p.rpos - 1] || p_now
                                  || s.taken_ats[p.rpos + 1:] END
       FROM (SELECT l.queue, l.run_id, l.lease_sequence,
                    (p_limits -> l.queue -> 'lanes' ->> l.i::integer)::integer AS lane,
@@ -963,10 +963,10 @@ BEGIN
          ORDER BY u.run_id
     LOOP
         UPDATE queue_slots s
-           SET run_ids = s.run_ids[:f.pos - 1] || v_job.run_id || s.run_ids[f.pos + 1:],
-               lease_sequences = s.lease_sequences[:f.pos - 1] || v_job.seq
+           SET run_ids = s.run_ids[1:f.pos - 1] || v_job.run_id || s.run_ids[f.pos + 1:],
+               lease_sequences = s.lease_sequences[1:f.pos - 1] || v_job.seq
                                  || s.lease_sequences[f.pos + 1:],
-               lease_untils = s.lease_untils[:f.pos - 1] || p_until
+               lease_untils = s.lease_untils[1:f.pos - 1] || p_until
                               || s.lease_untils[f.pos + 1:]
           FROM (SELECT f.queue, f.slot,
                        queue_lane_free(f.run_ids, f.lease_sequences, f.lease_untils, p_now)
