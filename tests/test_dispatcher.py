@@ -255,6 +255,55 @@ def test_renews_while_dispatch_runs() -> None:
     assert provider.recalled == []
 
 
+def test_a_renew_overtaken_by_its_own_mark_is_no_lost_lease() -> None:
+    """In a queue with a concurrency limit of 1, the mark commits and frees the queue's
+    place, another dispatcher leases the next job into it, and the mark's answer is
+    slow to come back: the keeper's renews meanwhile are refused (the lease holds no
+    place and the queue is full). That is the lease ending by its own mark, not a stale
+    holder: no ``Refused``, no ``LeaseLost`` (whose alert says the work may run twice),
+    no recall; the mark's answer is the report."""
+
+    class SlowAnswers(MemoryJobStore):
+        def _taken_elsewhere(self, marked: Any) -> Any:
+            assert self.lease("d2", 1_000, 60_000, ["q"]) is not None
+            time.sleep(1.0)  # renews every 0.2 s of real time meanwhile
+            return marked
+
+        def mark_dispatched(self, *args: Any, **kwargs: Any) -> Any:
+            return self._taken_elsewhere(super().mark_dispatched(*args, **kwargs))
+
+        def mark_dispatched_many(self, *args: Any, **kwargs: Any) -> Any:
+            return self._taken_elsewhere(super().mark_dispatched_many(*args, **kwargs))
+
+    store, clock, provider = SlowAnswers(), FakeClock(1_000), Provider()
+    store.set_queue_concurrency("q", 1)
+    store.schedule("meeting", 0, queue="q")
+    store.schedule("next", 1, queue="q")
+    seen: list[ev.Event] = []
+
+    def dispatch(job: Job) -> str:
+        threading.Event().wait(0.3)  # past the first renew: the job has a keeper
+        return "bot"
+
+    d = _dispatcher(store, clock, provider, ttl_ms=600, dispatch=dispatch,
+                    on_event=seen.append)
+
+    async def main() -> None:
+        await d.start()
+        await _round(d)
+
+    run(main())
+    renews = [e for e in seen if isinstance(e, ev.Renew)]
+    assert renews, "the job's keeper renewed while it was dispatched"
+    assert [e.outcome for e in renews] == ["renewed"] * len(renews)
+    assert [e for e in seen if isinstance(e, (ev.LeaseLost, ev.Refused, ev.Recall))] == []
+    assert [(e.subject, e.outcome) for e in seen if isinstance(e, ev.Complete)] == [
+        ("meeting", "completed")]
+    assert provider.recalled == []
+    taken = store.get("next")
+    assert taken is not None and taken.lease_holder == "d2"
+
+
 def test_async_dispatch_and_recall() -> None:
     store, clock = MemoryJobStore(), FakeClock(1_000)
     store.schedule("m1", 0)

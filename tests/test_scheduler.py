@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from pgstore import InvalidArgument, MemoryScheduleStore
 from pgstore.protocols import AsyncScheduleStore, ScheduleStore
+from pgstore.runtime import events as ev
 from pgstore.runtime.scheduler import RunContext, Scheduler
 from tests.conftest import present
 from tests.support.clock import FakeClock, utc_ms
@@ -351,6 +353,72 @@ def test_lease_loss_tells_the_handler_and_its_complete_never_happens(
     assert "renew of report token 1 refused: lease lost" in caplog.text
     assert "report token 1 lost its lease; not completing" in caplog.text
     assert "completed report token 1" not in caplog.text
+
+
+def test_a_renew_overtaken_by_its_own_complete_is_no_lost_lease() -> None:
+    """The complete commits, and its answer is slow to come back (a slow network): the
+    keeper's renews meanwhile are refused by the store, since the complete ended the
+    lease. That is the lease ending, not a stale holder: no ``Refused``, no
+    ``LeaseLost`` (whose alert says the work may run twice)."""
+
+    class SlowAnswers(MemoryScheduleStore):
+        def complete(self, *args: Any, **kwargs: Any) -> bool:
+            completed = super().complete(*args, **kwargs)
+            time.sleep(1.0)  # renews every 0.3 s of real time meanwhile
+            return completed
+
+    store, clock = SlowAnswers(), FakeClock(0)
+    seen: list[ev.Event] = []
+    sched = _scheduler(store, clock, lease_ms=900, on_event=seen.append)
+    sched.every("report", 1_000, lambda: None)
+
+    async def main() -> None:
+        await sched.start()
+        clock.set(1_000)
+        assert await sched.tick() == 1
+        await sched.wait_idle()
+
+    run(main())
+    renews = [e for e in seen if isinstance(e, ev.Renew)]
+    assert [e for e in seen if isinstance(e, (ev.LeaseLost, ev.Refused))] == []
+    assert [e.outcome for e in renews] == ["renewed"] * len(renews)
+    assert [(e.outcome, e.token) for e in seen if isinstance(e, ev.Complete)] == [
+        ("completed", 1)]
+    record = store.get("report")
+    assert record is not None and (record.fencing_token, record.lease_owner) == (1, None)
+
+
+def test_a_lease_lost_while_the_complete_is_sent_is_told_by_the_complete() -> None:
+    """Once the complete is sent, a refused renew is left to the complete's answer: a
+    lease lost meanwhile (claimed again elsewhere) is still reported, as the complete
+    the store refuses to the stale holder."""
+    lease = 900
+
+    class ClaimedElsewhereFirst(MemoryScheduleStore):
+        def complete(self, id: str, fencing_token: int, *args: Any) -> bool:
+            # The slow holder's lease expired, and another host claims it (token 2)...
+            assert self.claim_due(id, "fast", 1_000 + lease, lease) is not None
+            time.sleep(0.5)  # ...while the slow one's keeper renews: refused
+            return super().complete(id, fencing_token, *args)
+
+    store, clock = ClaimedElsewhereFirst(), FakeClock(0)
+    seen: list[ev.Event] = []
+    slow = _scheduler(store, clock, owner="slow", lease_ms=lease, on_event=seen.append)
+    slow.every("report", 1_000, lambda: None)
+
+    async def main() -> None:
+        await slow.start()
+        clock.set(1_000)
+        assert await slow.tick() == 1
+        await slow.wait_idle()
+
+    run(main())
+    assert [(e.outcome, e.token) for e in seen if isinstance(e, ev.Complete)] == [
+        ("rejected", 1)]
+    assert [(e.operation, e.token) for e in seen if isinstance(e, ev.Refused)] == [
+        ("complete", 1)]
+    record = store.get("report")
+    assert record is not None and (record.fencing_token, record.lease_owner) == (2, "fast")
 
 
 def test_a_complete_rejected_as_stale_is_logged_not_retried(

@@ -24,6 +24,7 @@ from pgstore.protocols import AsyncScheduleStore
 from pgstore.runtime import catch_up as _catch_up
 from pgstore.runtime.base import Host
 from pgstore.runtime.events import Complete, Refused
+from pgstore.runtime.keeper import Ending
 from pgstore.runtime.tasks import RunContext, Task
 from pgstore.runtime.transient import is_permanent
 
@@ -48,11 +49,12 @@ class Completer:
 
     async def finish(
         self, task: Task, ctx: RunContext, status: LastStatus, catch_up: CatchUp,
-        kept: int | None = None,
+        kept: int | None = None, ending: Ending | None = None,
     ) -> None:
         """Complete the claim with ``status`` and the next occurrence under ``catch_up``;
         for a triggered run (``ctx.triggered``), ``kept``, the record's ``next_run_at``,
-        which the store keeps whatever it is sent."""
+        which the store keeps whatever it is sent. ``ending``, the run's keeper's, is
+        set just before the first attempt is sent."""
         # complete cannot commit twice (a spent claim answers False), so a failed one
         # (a lost connection) is retried rather than left to the lease's expiry, which
         # would run the occurrence again.
@@ -62,6 +64,8 @@ class Completer:
                 now = await self._host.now()
                 upcoming = await self._upcoming(task, ctx, now, catch_up, kept)
                 patch = CompletePatch(upcoming, ctx.started_at, status)
+                if ending is not None:
+                    ending.sent = True
                 completed = await self._complete(task.id, ctx.fencing_token, patch, now)
                 break
             except Exception as exc:

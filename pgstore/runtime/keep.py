@@ -30,8 +30,9 @@ __all__ = ["LeaseKeepers", "Renewals"]
 
 log = logging.getLogger("pgstore.dispatcher")
 
-#: ``keeper(job, anchor)``: the coroutine that keeps one job's lease until cancelled.
-Keeper = Callable[[Job, float], Coroutine[Any, Any, None]]
+#: ``keeper(job, anchor, ending)``: the coroutine that keeps one job's lease until
+#: cancelled; ``ending()`` tells whether the job's mark was sent.
+Keeper = Callable[[Job, float, Callable[[], bool]], Coroutine[Any, Any, None]]
 
 
 class Renewals:
@@ -44,8 +45,11 @@ class Renewals:
             self._renew_many, max_batch=batch_size, max_in_flight=CALLS_IN_FLIGHT,
             split=is_permanent)
 
-    def keeper(self, job: Job, anchor: float) -> Coroutine[Any, Any, None]:
-        """The shared keeper for one job, from its lease until its mark has an answer."""
+    def keeper(
+        self, job: Job, anchor: float, ending: Callable[[], bool]
+    ) -> Coroutine[Any, Any, None]:
+        """The shared keeper for one job, from its lease until its mark has an answer;
+        once the mark is sent (``ending()``), a refused renew was overtaken by it."""
         host = self._host
 
         async def renew() -> bool:
@@ -59,7 +63,7 @@ class Renewals:
 
         return keep_lease(
             reported(renew, host.emit, runtime="dispatcher", owner=host.owner,
-                     subject=job.run_id, token=job.lease_sequence),
+                     subject=job.run_id, token=job.lease_sequence, ending=ending),
             lease_ms=host.lease_ms, anchor=anchor, what=job.run_id, owner=host.owner,
             log=log, on_lost=lost)
 
@@ -86,6 +90,8 @@ class LeaseKeepers:
     job whose dispatch and mark are still running (``watch`` without ``done``). Most
     dispatches end before and cost no keeper and no timer of their own; a run that
     starts after the timer fired (a late start under load) gets its keeper at once.
+    ``ending(job)`` says the job's mark is sent: its keeper renews on (through the
+    mark's retries), and a renew refused from then on was overtaken by the mark.
     """
 
     def __init__(self, keeper: Keeper, anchor: float, lease_ms: int) -> None:
@@ -93,6 +99,7 @@ class LeaseKeepers:
         self._anchor = anchor
         self._waiting: dict[str, Job] = {}  # by run_id: one lease call's are distinct
         self._kept: dict[str, asyncio.Future[None]] = {}
+        self._ending: set[str] = set()  # the jobs whose mark was sent
         self._fired = False
         delay = anchor + lease_ms / 3000 - time.monotonic()
         asyncio.get_running_loop().call_later(max(delay, 0.0), self._fire)
@@ -103,14 +110,20 @@ class LeaseKeepers:
         else:
             self._waiting[job.run_id] = job
 
+    def ending(self, job: Job) -> None:
+        self._ending.add(job.run_id)
+
     def done(self, job: Job) -> None:
+        self._ending.discard(job.run_id)
         if self._waiting.pop(job.run_id, None) is None:
             keeper = self._kept.pop(job.run_id, None)
             if keeper is not None:
                 keeper.cancel()
 
     def _start(self, job: Job) -> asyncio.Future[None]:
-        return asyncio.ensure_future(self._keeper(job, self._anchor))
+        run_id = job.run_id
+        return asyncio.ensure_future(
+            self._keeper(job, self._anchor, lambda: run_id in self._ending))
 
     def _fire(self) -> None:
         self._fired = True

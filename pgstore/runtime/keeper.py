@@ -12,6 +12,13 @@ logged and retried, and it ends in exactly two ways:
   succeeded (or of the claim), at ``1 - MARGIN`` of the lease: the holder
   gives up before the lease can expire on the server and be claimed
   elsewhere. ``on_lost(reason)`` is called once, then the keeper returns.
+
+A renew may be refused because the run's own last call ended the lease: the
+Scheduler's complete, the Dispatcher's mark, sent while the keeper still renews
+(through their retries). Such a renew was overtaken (``Overtaken``), not
+refused to a stale holder: once that call is sent (``ending()``), a refusal ends
+the keeper quietly, with no ``Renew``, ``Refused`` or ``LeaseLost``, and that
+call's own answer says what happened (a lease lost meanwhile is refused there).
 """
 
 from __future__ import annotations
@@ -38,6 +45,23 @@ REFUSED: Final = "refused"
 EXPIRED: Final = "expired"
 
 
+class Overtaken(Exception):
+    """A renew refused after the run's own last call (a complete, a mark) was sent."""
+
+
+class Ending:
+    """Whether the call that ends a lease (a complete, a mark) has been sent: ``sent``
+    set once, just before its first attempt."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def __call__(self) -> bool:
+        return self.sent
+
+
 def reported(
     renew: Callable[[], Awaitable[bool]],
     emit: Callable[[Event], None],
@@ -46,10 +70,12 @@ def reported(
     owner: str,
     subject: str,
     token: int,
+    ending: Callable[[], bool],
 ) -> Callable[[], Awaitable[bool]]:
     """``renew`` with each answer reported, as both runtimes report it: ``Renew``
     (``renewed``, ``refused``, or ``error`` with what it raised, then raised again)
-    and, for a refusal, ``Refused`` (operation ``renew``)."""
+    and, for a refusal, ``Refused`` (operation ``renew``). A refusal once the lease's
+    last call was sent (``ending()``) raises ``Overtaken`` and reports nothing."""
 
     async def renew_reported() -> bool:
         try:
@@ -58,6 +84,8 @@ def reported(
             emit(Renew(runtime=runtime, owner=owner, subject=subject, token=token,
                        outcome="error", error=f"{type(exc).__name__}: {exc}"))
             raise
+        if not renewed and ending():
+            raise Overtaken
         emit(Renew(runtime=runtime, owner=owner, subject=subject, token=token,
                    outcome="renewed" if renewed else "refused"))
         if not renewed:
@@ -103,6 +131,10 @@ async def keep_lease(
             # A renew that hangs (a pool waiting for a connection, a dead network)
             # must not outlast the deadline.
             renewed = await asyncio.wait_for(renew(), timeout=deadline - sent)
+        except Overtaken:
+            log.debug("%s: renew of %s refused after its last call was sent: that "
+                      "call's answer tells", owner, what)
+            return
         except Exception as exc:
             if is_permanent(exc):
                 # A bad argument (nothing changed) is refused again by every retry.

@@ -142,6 +142,7 @@ class JobRun(asyncio.Future[Any]):
             self._worker_id = worker_id
             self._give_up_at = time.monotonic() + marker.mark_timeout
             self._task = None  # from here until the answer, no task
+            self._keepers.ending(job)
             marker.put(job, worker_id, self)  # its answer: ``set_result``, ``set_exception``
         except BaseException as exc:
             self._failed(exc)

@@ -76,7 +76,7 @@ from pgstore.runtime.events import (
     Registered,
     Subscriber,
 )
-from pgstore.runtime.keeper import keep_lease, reported
+from pgstore.runtime.keeper import Ending, keep_lease, reported
 from pgstore.runtime.occurrences import (
     CronSpec,
     cron_spec,
@@ -353,6 +353,7 @@ class Scheduler(Runtime):
         # handler and through the next occurrence's computation (seconds, for a backlog
         # of 10,000 under catch-up all), so the lease cannot expire in between.
         keeper: asyncio.Future[None] | None = None
+        ending = Ending()  # the complete sent: a renew refused from then on was overtaken
         try:
             with tracing.span("pgstore.schedule.run", {
                 "pgstore.owner": self.owner, "pgstore.task_id": task.id,
@@ -360,7 +361,7 @@ class Scheduler(Runtime):
             }) as span:
                 # In the span's context: the handler's own spans are its children.
                 work = asyncio.ensure_future(self._call_handler(task, ctx))
-                keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor))
+                keeper = asyncio.ensure_future(self._keeper(ctx, work, anchor, ending))
                 status = await self._run_handler(task, ctx, work)
                 tracing.finish(span, "lease_lost" if ctx.lease_lost.is_set() else status)
             if ctx.lease_lost.is_set():
@@ -373,7 +374,8 @@ class Scheduler(Runtime):
                 return
             log.info("%s: ran %s token %d in %.3fs (%s)", self.owner, task.id,
                      ctx.fencing_token, time.monotonic() - started, status)
-            await self._completer.finish(task, ctx, status, catch_up, record.next_run_at)
+            await self._completer.finish(task, ctx, status, catch_up, record.next_run_at,
+                                         ending)
         finally:
             if keeper is not None:
                 keeper.cancel()
@@ -414,9 +416,10 @@ class Scheduler(Runtime):
             await self.call_user(task.handler)
 
     def _keeper(
-        self, ctx: RunContext, work: asyncio.Future[None], anchor: float
+        self, ctx: RunContext, work: asyncio.Future[None], anchor: float, ending: Ending
     ) -> Coroutine[Any, Any, None]:
-        """The shared keeper for one run: on a lost lease, tell the handler."""
+        """The shared keeper for one run: on a lost lease, tell the handler; once the
+        complete is sent (``ending``), a refused renew was overtaken by it."""
 
         async def renew() -> bool:
             now = await self.now()
@@ -435,7 +438,7 @@ class Scheduler(Runtime):
 
         return keep_lease(
             reported(renew, self.emit, runtime="scheduler", owner=self.owner,
-                     subject=ctx.task_id, token=ctx.fencing_token),
+                     subject=ctx.task_id, token=ctx.fencing_token, ending=ending),
             lease_ms=self.lease_ms, anchor=anchor,
             what=f"{ctx.task_id} token {ctx.fencing_token}", owner=self.owner, log=log,
             on_lost=lost)
