@@ -12,6 +12,7 @@ import pytest
 
 from pgstore import CancelResult, InvalidArgument, Job, MemoryJobStore
 from pgstore.runtime import events as ev
+from pgstore.runtime import tracing
 from pgstore.runtime.dispatcher import Backoff, Dispatcher
 from tests.support.clock import FakeClock
 from tests.support.waiting import until
@@ -255,13 +256,20 @@ def test_renews_while_dispatch_runs() -> None:
     assert provider.recalled == []
 
 
-def test_a_renew_overtaken_by_its_own_mark_is_no_lost_lease() -> None:
+@pytest.mark.parametrize("path", ["runs", "traced"])
+def test_a_renew_overtaken_by_its_own_mark_is_no_lost_lease(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In a queue with a concurrency limit of 1, the mark commits and frees the queue's
     place, another dispatcher leases the next job into it, and the mark's answer is
     slow to come back: the keeper's renews meanwhile are refused (the lease holds no
     place and the queue is full). That is the lease ending by its own mark, not a stale
     holder: no ``Refused``, no ``LeaseLost`` (whose alert says the work may run twice),
-    no recall; the mark's answer is the report."""
+    no recall; the mark's answer is the report. On both of the Dispatcher's paths: its
+    runs (``pgstore.runtime.run``) and, while a tracer provider records, its traced
+    tasks."""
+    if path == "traced":
+        monkeypatch.setattr(tracing, "recording", lambda: True)
 
     class SlowAnswers(MemoryJobStore):
         def _taken_elsewhere(self, marked: Any) -> Any:

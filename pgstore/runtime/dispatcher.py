@@ -298,6 +298,7 @@ class Dispatcher(Runtime):
                 await self._releaser.retry_later(job, exc)
                 return "released"
             worker_id = None if result is None else str(result)
+            keepers.ending(job)
             answer = await self._marker.record(job, worker_id)
         finally:
             keepers.done(job)
