@@ -137,15 +137,18 @@ def _ticks(pid: int) -> tuple[int, int]:
     return sum(int(f) for f in fields[11:15]), int(fields[1])
 
 
-def server_cpu_s(dsn: str) -> float | None:
+def server_cpu_s(dsn: str, pid: int | None = None) -> float | None:
     """CPU seconds the server at ``dsn`` has used so far, when it runs on this machine:
     its postmaster's, with every backend it reaped, plus the live backends'. None when
-    /proc does not show it (another machine)."""
+    /proc does not show it (another machine). ``pid``: one of its backends' (else asked
+    on a connection of its own)."""
     try:
-        with connect(dsn) as conn:
-            row = conn.execute("SELECT pg_backend_pid()").fetchone()
-            assert row is not None
-            _, postmaster = _ticks(int(row[0]))
+        if pid is None:
+            with connect(dsn) as conn:
+                row = conn.execute("SELECT pg_backend_pid()").fetchone()
+                assert row is not None
+                pid = int(row[0])
+        _, postmaster = _ticks(pid)
         total, _ = _ticks(postmaster)
         for entry in os.listdir("/proc"):
             if entry.isdigit():
