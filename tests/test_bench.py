@@ -543,10 +543,11 @@ def test_peer_counts_per_job_takes_the_bench_own_work_off() -> None:
     values = {"commits": 0.0, "wal_records": 0.0, "wal_bytes": 0.0, "wal_flushes": 0.0,
               "wal_writes": 0.0}
     counted = Counted("", statements=True,
-                      before=Snapshot(dict(values), {"lease": (10, 0)}, server_cpu_s=1.0))
+                      before=Snapshot(dict(values), {"lease": (10, 0, 5.0)}, server_cpu_s=1.0))
     after = Snapshot({"commits": 1421.0, "wal_records": 20_000.0, "wal_bytes": 2_048_000.0,
                       "wal_flushes": 40.0, "wal_writes": 44.0},
-                     {"lease": (30, 1024_000), "mark": (20, 1024_000)}, server_cpu_s=3.5)
+                     {"lease": (30, 1024_000, 105.0), "mark": (20, 1024_000, 50.0)},
+                     server_cpu_s=3.5)
     out = counted.per_job(10_000, after, own_commits=1000, own_cpu_s=0.5,
                           backend_s=(1.2, 0.1), client_s=(1.5, 0.3))
     assert out["commits"] == 42.0  # (1421 - 1000 polls - 1 snapshot) / 10
@@ -556,6 +557,48 @@ def test_peer_counts_per_job_takes_the_bench_own_work_off() -> None:
     assert out["backend_cpu_us"] == 120.0 and out["backend_runq_us"] == 10.0
     assert out["client_runq_us"] == 30.0
     assert out["statements"] == 4.0
-    assert out["top_statements"][0] == {"query": "lease", "calls": 2.0, "wal_kb": 100.0}
+    assert out["top_statements"][0] == {"query": "lease", "calls": 2.0, "wal_kb": 100.0,
+                                        "exec_us_a_job": 10.0}
     assert median_counts([out, {**out, "commits": 40.0}, {**out, "commits": 50.0}]) == {
         **{k: v for k, v in out.items() if k != "top_statements"}, "commits": 42.0}
+
+
+def test_pgstore_batch_loop_counts_the_leases_that_found_nothing(pgstore_database: str) -> None:
+    """The store of pgstore_batch's peer loop counts the lease calls that found nothing:
+    the loop asks the database for jobs left only after one (not at every idle moment of
+    its Dispatcher: a scan of the pending index on its one connection)."""
+    import asyncio
+
+    import psycopg
+
+    from pgstore.bench._common import drop_schema, fresh_store_schema, ident
+    from pgstore.bench._peers import empty_leases_store
+
+    schema = "pgstore_bench_test_empty_leases"
+    fresh_store_schema(pgstore_database, schema)
+
+    async def main() -> list[int]:
+        conn = await psycopg.AsyncConnection.connect(pgstore_database, autocommit=True)
+        async with conn:
+            store = empty_leases_store()(conn, schema=schema)
+            seen = [store.empty]
+            assert await store.lease("me", None, 30_000) is None
+            assert await store.lease_many("me", None, 30_000, 10) == []
+            seen.append(store.empty)
+            await conn.execute(f"INSERT INTO {ident(schema)}.jobs (run_id, dispatch_at)"
+                               f" VALUES ('a', 1), ('b', 2), ('c', 3)".encode())
+            assert [j.run_id for j in await store.lease_many("me", None, 30_000, 2)] == [
+                "a", "b"]
+            job = await store.lease("me", None, 30_000)
+            assert job is not None and job.run_id == "c"
+            seen.append(store.empty)
+            assert await store.lease_many("me", None, 30_000, 10) == []
+            seen.append(store.empty)
+            await store.close()
+            return seen
+
+    try:
+        assert asyncio.run(main()) == [0, 2, 2, 3]
+    finally:
+        with psycopg.connect(pgstore_database, autocommit=True) as conn:
+            drop_schema(conn, schema)

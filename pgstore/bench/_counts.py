@@ -13,7 +13,9 @@ cumulative statistics and reports, per 1,000 jobs:
 * ``wal_records`` and ``wal_kb`` (``pg_stat_wal``, the whole server: autovacuum too);
 * ``statements``: top-level statements the system sent, from ``pg_stat_statements``
   where the server preloads it (else absent), with the most called ones
-  (``top_statements``: the start of their text, calls and WAL bytes per 1,000 jobs);
+  (``top_statements``: the start of their text, calls and WAL kB per 1,000 jobs, and
+  the time executing them a job, µs: the commit's flush, after the executor, is not in
+  it);
 
 and per job ``server_cpu_us`` (every process of the server, when it runs on this
 machine, less the wait sampler's backend: ``_burst.server_cpu_s``), ``backend_cpu_us``
@@ -49,8 +51,9 @@ class Snapshot:
     """The server's cumulative counters at one moment."""
 
     values: dict[str, float]
-    #: query text (its start) -> (calls, WAL bytes); empty without pg_stat_statements
-    statements: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: query text (its start) -> (calls, WAL bytes, ms executing); empty without
+    #: pg_stat_statements
+    statements: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     server_cpu_s: float | None = None
 
 
@@ -89,15 +92,16 @@ def snapshot(dsn: str, statements: bool, reset: bool = False) -> Snapshot:
         values = {"commits": float(commits), "wal_records": float(records),
                   "wal_bytes": float(wal_bytes), "wal_flushes": float(io[0]),
                   "wal_writes": float(io[1])}
-        found: dict[str, tuple[int, int]] = {}
+        found: dict[str, tuple[int, int, float]] = {}
         if statements:
-            for query, calls, wal in conn.execute(
+            for query, calls, wal, ms in conn.execute(
                     "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), sum(calls),"
-                    " sum(wal_bytes) FROM pg_stat_statements WHERE dbid = (SELECT oid"
-                    " FROM pg_database WHERE datname = current_database()) AND query NOT"
+                    " sum(wal_bytes), sum(total_exec_time) FROM pg_stat_statements"
+                    " WHERE dbid = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database()) AND query NOT"
                     " ILIKE %s AND query NOT IN ('BEGIN', 'COMMIT')"  # the snapshots'
                     " GROUP BY 1 ORDER BY 2 DESC LIMIT %s", (_OWN, TOP)):
-                found[str(query)] = (int(calls), int(wal))
+                found[str(query)] = (int(calls), int(wal), float(ms))
     return Snapshot(values, found, cpu)
 
 
@@ -139,13 +143,16 @@ class Counted:
             server = after.server_cpu_s - before.server_cpu_s - own_cpu_s
             out["server_cpu_us"] = round(server / jobs * 1e6, 2)
         if self.statements:
-            calls = {q: (c - before.statements.get(q, (0, 0))[0],
-                         w - before.statements.get(q, (0, 0))[1])
-                     for q, (c, w) in after.statements.items()}
-            out["statements"] = round(sum(c for c, _ in calls.values()) * k, 2)
+            zero = (0, 0, 0.0)
+            calls = {q: (c - before.statements.get(q, zero)[0],
+                         w - before.statements.get(q, zero)[1],
+                         ms - before.statements.get(q, zero)[2])
+                     for q, (c, w, ms) in after.statements.items()}
+            out["statements"] = round(sum(c for c, _, _ in calls.values()) * k, 2)
             out["top_statements"] = [
-                {"query": q, "calls": round(c * k, 2), "wal_kb": round(w * k / 1024, 1)}
-                for q, (c, w) in sorted(calls.items(), key=lambda x: -x[1][0])[:6] if c > 0
+                {"query": q, "calls": round(c * k, 2), "wal_kb": round(w * k / 1024, 1),
+                 "exec_us_a_job": round(ms * 1000 / jobs, 2)}
+                for q, (c, w, ms) in sorted(calls.items(), key=lambda x: -x[1][0])[:6] if c > 0
             ]
         return out
 

@@ -22,7 +22,8 @@ the same run, in their own schemas, installed by their own code:
   ``batch_size``, 500, ``concurrency`` 1000, as in the burst), whose leases, marks and
   renews carry up to ``batch_size`` jobs a call; a job is recorded by its provider
   call (no event subscriber) and the worker is done when its Dispatcher is idle and
-  the database holds no job left;
+  the database holds no job left (asked only after a lease call found nothing, as the
+  other loops stop on empty dequeues: ``empty_leases_store``);
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -47,6 +48,12 @@ loop is bound by CPU alone (the workers' and the server's), and the ratio
 between systems is what their per-job work costs, without the flushes that
 every system pays alike.
 
+With ``--peer-counts`` each timed drain also says what it cost, per 1,000 jobs: commits,
+WAL flushes and bytes, statements (``pg_stat_statements``, where the server preloads it),
+and the server's, the system's backends' and its workers' CPU a job (``_counts``), with
+the unit costs of a round trip and a WAL flush measured before and after the drains:
+counts that the machine's load moves little, where the rates move with it.
+
 The peers are benchmark-only extras (``pip install pgstore[bench]``).
 """
 
@@ -62,7 +69,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -197,10 +204,10 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
     as every other system's worker runs on one. The jobs are recorded by the provider
     call, as every peer's loop records its own, with no event subscriber (which would have
     the Dispatcher build four events a job): that each job was dispatched once is checked
-    in the database after the drain.
+    in the database after the drain. The check for jobs left runs only while the
+    Dispatcher is idle after a lease call that found nothing (``empty_leases_store``).
     """
     from pgstore.models import Job
-    from pgstore.postgres.jobs import AsyncPgJobStore
     from pgstore.runtime.dispatcher import Dispatcher
 
     got: list[Any] = []
@@ -215,18 +222,21 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
     async def main() -> int:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
         try:
-            store = AsyncPgJobStore(conn, schema=schema)
+            store = empty_leases_store()(conn, schema=schema)
             d = Dispatcher(store, dispatch, holder=me, concurrency=BATCH_CONCURRENCY,
                            poll_interval=0.002, listen=False)
             await (await conn.execute(b"SELECT 1")).fetchall()
             await asyncio.to_thread(wait_for_go)
             runner = asyncio.ensure_future(d.run(handle_signals=False))
+            checked = 0
             try:
                 while True:
                     await asyncio.sleep(0.002)
-                    if d.running:
+                    if d.running or store.empty == checked:
                         continue
-                    # Idle: is any job left? (Through the pending index, as a lease looks.)
+                    checked = store.empty
+                    # Idle, and a lease found nothing: is any job left? (Through the
+                    # pending index, as a lease looks.)
                     done = time.monotonic_ns()
                     row = await (await conn.execute(left)).fetchone()
                     if row is not None and not row[0] and d.running == 0:
@@ -240,6 +250,37 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
 
     last = asyncio.run(main())
     return got, last
+
+
+def empty_leases_store() -> Any:
+    """``AsyncPgJobStore`` counting the lease calls that found nothing (``empty``).
+    pgstore_batch's loop asks the database whether any job is left only after one, as
+    pgqueuer's and graphile-worker's loops stop after empty dequeues. It asked at every
+    idle moment of its Dispatcher before: at W = 1 that was 1.1 checks a 1,000 jobs,
+    each on the store's one connection (its pipeline drained for it) and a scan over
+    the pending index's dead entries, 6-7% of the backend's execution time
+    (docs/performance.md, what bounds W = 1)."""
+    from pgstore.models import Job
+    from pgstore.postgres.jobs import AsyncPgJobStore
+
+    class EmptyLeases(AsyncPgJobStore):
+        empty = 0
+
+        async def lease(self, holder: str, now: int | None, ttl_ms: int,
+                        queues: Sequence[str] | None = None) -> Job | None:
+            job = await super().lease(holder, now, ttl_ms, queues)
+            if job is None:
+                self.empty += 1
+            return job
+
+        async def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int,
+                             queues: Sequence[str] | None = None) -> list[Job]:
+            jobs = await super().lease_many(holder, now, ttl_ms, limit, queues)
+            if not jobs:
+                self.empty += 1
+            return jobs
+
+    return EmptyLeases
 
 
 def _loop_procrastinate(conn: Conn, schema: str, me: str
