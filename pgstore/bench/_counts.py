@@ -18,7 +18,7 @@ cumulative statistics and reports, per 1,000 jobs:
   it);
 
 and per job ``server_cpu_us`` (every process of the server, when it runs on this
-machine, less the wait sampler's backend: ``_burst.server_cpu_s``), ``backend_cpu_us``
+machine, less the wait sampler's backend: ``server_cpu_s``), ``backend_cpu_us``
 and ``backend_runq_us`` (the system's own backends: CPU, and time runnable but waiting
 for a CPU, from ``/proc/<pid>/schedstat`` as the wait sampler last saw them, up to 5 ms
 before each closed), ``client_cpu_us`` (the workers' own CPU from the go signal to
@@ -29,6 +29,7 @@ database when it lacks it.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from pgstore.bench._common import connect
 
 COUNTS_NOTE = ("per 1,000 jobs of each timed drain (CPU: µs a job): commits, WAL flushes,"
                " writes, records and kB of the whole server, statements the system sent"
@@ -71,8 +74,6 @@ def statements_ready(dsn: str) -> bool:
 def snapshot(dsn: str, statements: bool, reset: bool = False) -> Snapshot:
     """The counters now, read in one transaction (the one commit ``Counted`` takes off);
     with ``reset``, ``pg_stat_statements`` emptied first."""
-    from pgstore.bench._burst import server_cpu_s
-
     with psycopg.connect(dsn) as conn:
         if statements and reset:
             conn.execute("SELECT pg_stat_statements_reset()")
@@ -217,3 +218,35 @@ def sched_ns(pid: int | str = "self") -> tuple[int, int]:
         return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         return 0, 0
+
+
+def _ticks(pid: int) -> tuple[int, int]:
+    """(CPU ticks of ``pid`` and its reaped children, its parent's pid), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]), int(fields[1])
+
+
+def server_cpu_s(dsn: str, pid: int | None = None) -> float | None:
+    """CPU seconds the server at ``dsn`` has used so far, when it runs on this machine:
+    its postmaster's, with every backend it reaped, plus the live backends'. None when
+    /proc does not show it (another machine). ``pid``: one of its backends' (else asked
+    on a connection of its own)."""
+    try:
+        if pid is None:
+            with connect(dsn) as conn:
+                row = conn.execute("SELECT pg_backend_pid()").fetchone()
+                assert row is not None
+                pid = int(row[0])
+        _, postmaster = _ticks(pid)
+        total, _ = _ticks(postmaster)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    ticks, parent = _ticks(int(entry))
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == postmaster:
+                    total += ticks
+        return total / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, psycopg.Error):
+        return None
