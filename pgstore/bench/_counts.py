@@ -24,7 +24,8 @@ for a CPU, from ``/proc/<pid>/schedstat`` as the wait sampler last saw them, up 
 before each closed), ``client_cpu_us`` (the workers' own CPU from the go signal to
 their last job) and ``client_runq_us`` (their main threads' time waiting for a CPU). A
 server that preloads ``pg_stat_statements`` gets the extension created in the bench's
-database when it lacks it.
+database when it lacks it. ``unit_costs`` times what these counts cost one at a time
+here: a round trip and a WAL flush (docs/performance.md, what bounds W = 1).
 """
 
 from __future__ import annotations

@@ -541,10 +541,8 @@ class WaitSampler(threading.Thread):
             self.started.set()
 
     def _run(self) -> None:
-        from pgstore.bench._floor import backend_sched_ns
-
         with connect(self.dsn) as conn:
-            first = backend_sched_ns(conn.info.backend_pid)
+            first = sched_ns(conn.info.backend_pid)[0]
             while not self.stop.is_set():
                 rows = conn.execute(
                     "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state, pid"
@@ -559,9 +557,7 @@ class WaitSampler(threading.Thread):
                 self.started.set()
                 self.samples += len(rows)
                 time.sleep(0.005)
-            last = backend_sched_ns(conn.info.backend_pid)
-            if first is not None and last is not None:
-                self.cpu_s = (last - first) / 1e9
+            self.cpu_s = (sched_ns(conn.info.backend_pid)[0] - first) / 1e9 if first else 0.0
 
     def backend_s(self) -> tuple[float, float]:
         """The system's backends' CPU seconds, and seconds waiting for a CPU, between the
