@@ -528,6 +528,8 @@ def test_peer_counts_count_each_drain_per_thousand_jobs(
         assert _positive(counts["backend_cpu_us"]), counts
         assert ("statements" in counts) == peers["counted"]["pg_stat_statements"]
         assert "counts" in peers["unflushed"]["systems"][name]
+    text = (tmp_path / "results.md").read_text()
+    assert "Counts a 1,000 jobs" in text and "Unit costs" in text
     counts = peers["systems"]["pgqueuer"]["1"]["counts"]
     # Up to 4 more a drain: autovacuum's, what the backends reported late.
     assert 5.5 <= counts["commits"] <= 8.0, counts
