@@ -493,3 +493,114 @@ def test_quick_bench_of_the_limits_section(pgstore_database: str, tmp_path: Path
                 assert _positive(v["jobs_per_s"]["median"]), (name, path, kind)
                 assert _positive(v["jobs_per_s_over_unlimited"]["median"]), (name, path, kind)
     assert "Queue limits: one process drains" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_peer_counts_count_each_drain_per_thousand_jobs(
+    pgstore_database: str, tmp_path: Path
+) -> None:
+    """``--peer-counts``: each timed drain reports what it cost the server per 1,000 jobs,
+    and the bench's own transactions (the wait sampler polls every 5 ms: hundreds a
+    second) are not among the commits. pgqueuer's loop over 2,000 jobs in batches of 500
+    sends and commits 4 dequeues, 4 acknowledgements and 3 empty dequeues: 5.5 a 1,000
+    jobs."""
+    if importlib.util.find_spec("pgqueuer") is None:
+        pytest.skip("pgqueuer is not installed (the bench extra: pip install -e '.[bench]')")
+    doc = _bench(pgstore_database, tmp_path, "--only", "peers", "--peer-jobs", "2000",
+                 "--workers", "1", "--peer-systems", "pgstore_batch,pgqueuer", "--no-chart",
+                 "--peer-counts")
+    peers = doc["results"]["peers"]
+    assert peers["all_checks_ok"]
+    costs = peers["counted"]["unit_costs_us"]
+    for when in ("before", "after"):
+        assert _positive(costs[when]["round_trip_us"]), costs
+        assert _positive(costs[when]["durable_update_us"]), costs
+    for name in ("pgstore_batch", "pgqueuer"):
+        (run,) = peers["systems"][name]["1"]["runs"]
+        counts = run["counts"]
+        assert peers["systems"][name]["1"]["counts"]["commits"] == counts["commits"]
+        # A 500-job batch is leased and marked in a commit each, at least (pgstore_batch
+        # leases 1, 2, 4, ... jobs a call at first, and checks the queue when idle).
+        assert 4.0 <= counts["commits"] <= 30.0, (name, counts)
+        assert counts["wal_kb"] > 0 and counts["wal_records"] >= 1000, (name, counts)
+        assert _positive(counts["client_cpu_us"]) and _positive(counts["server_cpu_us"])
+        # The system's own backends, a part of the server's CPU.
+        assert _positive(counts["backend_cpu_us"]), counts
+        assert ("statements" in counts) == peers["counted"]["pg_stat_statements"]
+        assert "counts" in peers["unflushed"]["systems"][name]
+    text = (tmp_path / "results.md").read_text()
+    assert "Counts a 1,000 jobs" in text and "Unit costs" in text
+    counts = peers["systems"]["pgqueuer"]["1"]["counts"]
+    # Up to 4 more a drain: autovacuum's, what the backends reported late.
+    assert 5.5 <= counts["commits"] <= 8.0, counts
+    if "statements" in counts:
+        assert counts["statements"] == 5.5, counts
+
+
+def test_peer_counts_per_job_takes_the_bench_own_work_off() -> None:
+    """The arithmetic of a drain's counts: deltas per 1,000 jobs, less the wait sampler's
+    polls and server CPU and the first snapshot's own commit."""
+    from pgstore.bench._counts import Counted, Snapshot, median_counts
+
+    values = {"commits": 0.0, "wal_records": 0.0, "wal_bytes": 0.0, "wal_flushes": 0.0,
+              "wal_writes": 0.0}
+    counted = Counted("", statements=True,
+                      before=Snapshot(dict(values), {"lease": (10, 0, 5.0)}, server_cpu_s=1.0))
+    after = Snapshot({"commits": 1421.0, "wal_records": 20_000.0, "wal_bytes": 2_048_000.0,
+                      "wal_flushes": 40.0, "wal_writes": 44.0},
+                     {"lease": (30, 1024_000, 105.0), "mark": (20, 1024_000, 50.0)},
+                     server_cpu_s=3.5)
+    out = counted.per_job(10_000, after, own_commits=1000, own_cpu_s=0.5,
+                          backend_s=(1.2, 0.1), client_s=(1.5, 0.3))
+    assert out["commits"] == 42.0  # (1421 - 1000 polls - 1 snapshot) / 10
+    assert out["wal_flushes"] == 4.0 and out["wal_writes"] == 4.4
+    assert out["wal_records"] == 2000.0 and out["wal_kb"] == 200.0
+    assert out["server_cpu_us"] == 200.0 and out["client_cpu_us"] == 150.0
+    assert out["backend_cpu_us"] == 120.0 and out["backend_runq_us"] == 10.0
+    assert out["client_runq_us"] == 30.0
+    assert out["statements"] == 4.0
+    assert out["top_statements"][0] == {"query": "lease", "calls": 2.0, "wal_kb": 100.0,
+                                        "exec_us_a_job": 10.0}
+    assert median_counts([out, {**out, "commits": 40.0}, {**out, "commits": 50.0}]) == {
+        **{k: v for k, v in out.items() if k != "top_statements"}, "commits": 42.0}
+
+
+def test_pgstore_batch_loop_counts_the_leases_that_found_nothing(pgstore_database: str) -> None:
+    """The store of pgstore_batch's peer loop counts the lease calls that found nothing:
+    the loop asks the database for jobs left only after one (not at every idle moment of
+    its Dispatcher: a scan of the pending index on its one connection)."""
+    import asyncio
+
+    import psycopg
+
+    from pgstore.bench._common import drop_schema, fresh_store_schema, ident
+    from pgstore.bench._peers import empty_leases_store
+
+    schema = "pgstore_bench_test_empty_leases"
+    fresh_store_schema(pgstore_database, schema)
+
+    async def main() -> list[int]:
+        conn = await psycopg.AsyncConnection.connect(pgstore_database, autocommit=True)
+        async with conn:
+            store = empty_leases_store()(conn, schema=schema)
+            seen = [store.empty]
+            assert await store.lease("me", None, 30_000) is None
+            assert await store.lease_many("me", None, 30_000, 10) == []
+            seen.append(store.empty)
+            await conn.execute(f"INSERT INTO {ident(schema)}.jobs (run_id, dispatch_at)"
+                               f" VALUES ('a', 1), ('b', 2), ('c', 3)".encode())
+            assert [j.run_id for j in await store.lease_many("me", None, 30_000, 2)] == [
+                "a", "b"]
+            job = await store.lease("me", None, 30_000)
+            assert job is not None and job.run_id == "c"
+            seen.append(store.empty)
+            assert await store.lease_many("me", None, 30_000, 10) == []
+            seen.append(store.empty)
+            await store.close()
+            return seen
+
+    try:
+        assert asyncio.run(main()) == [0, 2, 2, 3]
+    finally:
+        with psycopg.connect(pgstore_database, autocommit=True) as conn:
+            drop_schema(conn, schema)

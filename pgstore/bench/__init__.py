@@ -152,6 +152,10 @@ def parser() -> argparse.ArgumentParser:
                         " count at each W scaled from a first, untimed drain of --peer-jobs"
                         " (default 10; 0 and --quick: every drain takes --peer-jobs jobs)")
     p.add_argument("--peer-repeats", type=_positive, help="runs per system and W (default 1)")
+    p.add_argument("--peer-counts", action="store_true",
+                   help="count, per 1,000 jobs of each timed peer drain, the commits, WAL"
+                        " flushes and bytes, statements (pg_stat_statements, where the"
+                        " server preloads it) and server and client CPU a job")
     p.add_argument("--workers", type=_sizes, help="worker counts W (default 1,2,4,8)")
     p.add_argument("--peer-systems", type=_systems,
                    help="systems in the peer loop (default pgstore,pgstore_batch,"
@@ -226,6 +230,7 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
             setattr(cfg, name, value)
     cfg.hot_schedules = min(cfg.hot_schedules, cfg.hot_cycles)
     cfg.chart = not args.no_chart
+    cfg.peer_counts = args.peer_counts
     return cfg
 
 

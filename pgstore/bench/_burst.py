@@ -51,6 +51,7 @@ import psycopg
 
 from pgstore.bench._common import Settings, connect, fresh_store_schema, ident, schema_name
 from pgstore.bench._common import summary as summarize
+from pgstore.bench._counts import server_cpu_s
 
 #: T is this long (ms) after every worker said it is up and waiting (a loaded machine
 #: can take many seconds to start eight Python processes: T never falls before that).
@@ -129,35 +130,6 @@ def burst_result(
                      "max": late[-1] if late else 0.0},
         timeline=timeline, exactly_once=once, detail=detail or {}, errors=errors,
     )
-
-
-def _ticks(pid: int) -> tuple[int, int]:
-    """(CPU ticks of ``pid`` and its reaped children, its parent's pid), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]), int(fields[1])
-
-
-def server_cpu_s(dsn: str) -> float | None:
-    """CPU seconds the server at ``dsn`` has used so far, when it runs on this machine:
-    its postmaster's, with every backend it reaped, plus the live backends'. None when
-    /proc does not show it (another machine)."""
-    try:
-        with connect(dsn) as conn:
-            row = conn.execute("SELECT pg_backend_pid()").fetchone()
-            assert row is not None
-            _, postmaster = _ticks(int(row[0]))
-        total, _ = _ticks(postmaster)
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    ticks, parent = _ticks(int(entry))
-                except (OSError, ValueError, IndexError):
-                    continue
-                if parent == postmaster:
-                    total += ticks
-        return total / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, psycopg.Error):
-        return None
 
 
 @dataclass

@@ -49,6 +49,8 @@ class Settings:
     #: drain of ``peer_jobs``; 0: every drain takes ``peer_jobs`` jobs.
     peer_seconds: float = 10.0
     peer_repeats: int = 1
+    #: Count what each timed peer drain costs the server per 1,000 jobs (``_counts``).
+    peer_counts: bool = False
     workers: tuple[int, ...] = (1, 2, 4, 8)
     peer_systems: tuple[str, ...] = ("pgstore", "pgstore_batch", "pgstore_unprepared",
                                      "procrastinate", "pgqueuer", "graphile-worker", "pg-boss")

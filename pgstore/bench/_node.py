@@ -205,7 +205,8 @@ class NodeSystem:
 
     @staticmethod
     def answers(procs: list[subprocess.Popen[str]]) -> list[tuple[dict[str, Any], str | None]]:
-        """Each worker's answer (its JSON line: got, last, calls, end) and error or None."""
+        """Each worker's answer (its JSON line: got, last, calls, end, cpu_us) and error or
+        None."""
         out: list[tuple[dict[str, Any], str | None]] = []
         for p in procs:
             stdout, stderr = p.communicate(timeout=1800)
@@ -214,12 +215,6 @@ class NodeSystem:
                 continue
             out.append((json.loads(stdout.strip().splitlines()[-1]), None))
         return out
-
-    @staticmethod
-    def collect(procs: list[subprocess.Popen[str]]) -> list[tuple[list[Any], int, str | None]]:
-        """Each worker's (job ids, last completion ns, error or None)."""
-        return [([str(x) for x in a.get("got", [])], int(a.get("last", 0)), err)
-                for a, err in NodeSystem.answers(procs)]
 
     def drop(self) -> None:
         with connect(self.dsn) as conn:

@@ -22,7 +22,8 @@ the same run, in their own schemas, installed by their own code:
   ``batch_size``, 500, ``concurrency`` 1000, as in the burst), whose leases, marks and
   renews carry up to ``batch_size`` jobs a call; a job is recorded by its provider
   call (no event subscriber) and the worker is done when its Dispatcher is idle and
-  the database holds no job left;
+  the database holds no job left (asked only after a lease call found nothing, as the
+  other loops stop on empty dequeues: ``empty_leases_store``);
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -47,6 +48,12 @@ loop is bound by CPU alone (the workers' and the server's), and the ratio
 between systems is what their per-job work costs, without the flushes that
 every system pays alike.
 
+With ``--peer-counts`` each timed drain also says what it cost, per 1,000 jobs: commits,
+WAL flushes and bytes, statements (``pg_stat_statements``, where the server preloads it),
+and the server's, the system's backends' and its workers' CPU a job (``_counts``), with
+the unit costs of a round trip and a WAL flush measured before and after the drains:
+counts that the machine's load moves little, where the rates move with it.
+
 The peers are benchmark-only extras (``pip install pgstore[bench]``).
 """
 
@@ -62,7 +69,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -79,6 +86,16 @@ from pgstore.bench._common import (
     schema_name,
 )
 from pgstore.bench._common import summary as summarize
+from pgstore.bench._counts import (
+    COUNTS_NOTE,
+    Counted,
+    counts_line,
+    median_counts,
+    sched_ns,
+    snapshot,
+    statements_ready,
+    unit_costs,
+)
 from pgstore.bench._node import NODE_SYSTEMS, PACKAGES, NodeSystem, ensure_packages, versions
 from pgstore.bench._node import SETTINGS as NODE_SETTINGS
 
@@ -89,6 +106,9 @@ OURS = ("pgstore", "pgstore_batch", "pgstore_unprepared", "pgstore_sql")
 #: ``pgstore_batch``'s Dispatcher: as many dispatches at once as the burst's.
 BATCH_CONCURRENCY = 1000
 PEERS = ("procrastinate", "pgqueuer", *NODE_SYSTEMS)
+#: ``--peer-counts``: how long (s) after a drain its counts are read, for the workers'
+#: backends to exit and report theirs.
+COUNT_SETTLE_S = 1.0
 EMPTY_RETRIES = 3
 #: pgqueuer's dequeue batch (its ``batch_size``): 100 beat 10 and 1 at W = 4, and 500 beat
 #: 100 at W = 8 (9,465 against 7,077 jobs/s over 20,000 jobs; docs/performance.md);
@@ -184,10 +204,10 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
     as every other system's worker runs on one. The jobs are recorded by the provider
     call, as every peer's loop records its own, with no event subscriber (which would have
     the Dispatcher build four events a job): that each job was dispatched once is checked
-    in the database after the drain.
+    in the database after the drain. The check for jobs left runs only while the
+    Dispatcher is idle after a lease call that found nothing (``empty_leases_store``).
     """
     from pgstore.models import Job
-    from pgstore.postgres.jobs import AsyncPgJobStore
     from pgstore.runtime.dispatcher import Dispatcher
 
     got: list[Any] = []
@@ -202,18 +222,21 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
     async def main() -> int:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
         try:
-            store = AsyncPgJobStore(conn, schema=schema)
+            store = empty_leases_store()(conn, schema=schema)
             d = Dispatcher(store, dispatch, holder=me, concurrency=BATCH_CONCURRENCY,
                            poll_interval=0.002, listen=False)
             await (await conn.execute(b"SELECT 1")).fetchall()
             await asyncio.to_thread(wait_for_go)
             runner = asyncio.ensure_future(d.run(handle_signals=False))
+            checked = 0
             try:
                 while True:
                     await asyncio.sleep(0.002)
-                    if d.running:
+                    if d.running or store.empty == checked:
                         continue
-                    # Idle: is any job left? (Through the pending index, as a lease looks.)
+                    checked = store.empty
+                    # Idle, and a lease found nothing: is any job left? (Through the
+                    # pending index, as a lease looks.)
                     done = time.monotonic_ns()
                     row = await (await conn.execute(left)).fetchone()
                     if row is not None and not row[0] and d.running == 0:
@@ -227,6 +250,38 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
 
     last = asyncio.run(main())
     return got, last
+
+
+def empty_leases_store() -> Any:
+    """``AsyncPgJobStore`` counting the lease calls that found nothing (``empty``).
+    pgstore_batch's loop asks the database whether any job is left only after one, as
+    pgqueuer's and graphile-worker's loops stop after empty dequeues. It asked at every
+    idle moment of its Dispatcher before: at W = 1 that was 1.1 checks a 1,000 jobs,
+    each on the store's one connection (its pipeline drained for it) and a scan over
+    the pending index's dead entries, 6-7% of the backend's execution time; asking only
+    after an empty lease gave 1.25-1.78x the W = 1 rate in 4 loaded pairs
+    (docs/performance.md, what bounds W = 1)."""
+    from pgstore.models import Job
+    from pgstore.postgres.jobs import AsyncPgJobStore
+
+    class EmptyLeases(AsyncPgJobStore):
+        empty = 0
+
+        async def lease(self, holder: str, now: int | None, ttl_ms: int,
+                        queues: Sequence[str] | None = None) -> Job | None:
+            job = await super().lease(holder, now, ttl_ms, queues)
+            if job is None:
+                self.empty += 1
+            return job
+
+        async def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int,
+                             queues: Sequence[str] | None = None) -> list[Job]:
+            jobs = await super().lease_many(holder, now, ttl_ms, limit, queues)
+            if not jobs:
+                self.empty += 1
+            return jobs
+
+    return EmptyLeases
 
 
 def _loop_procrastinate(conn: Conn, schema: str, me: str
@@ -336,12 +391,14 @@ def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
     so that the timed drain holds the draining alone."""
     me = f"bench-{system}-{index}"
     said_ready = False
+    cpu_at_go, runq_at_go = 0.0, 0
 
     def wait_for_go() -> None:
-        nonlocal said_ready
+        nonlocal said_ready, cpu_at_go, runq_at_go
         ready.put(index)
         said_ready = True
         go.wait()
+        cpu_at_go, runq_at_go = time.process_time(), sched_ns()[1]
 
     try:
         options = [f"-c search_path={schema}"] if system == "procrastinate" else []
@@ -358,11 +415,12 @@ def _worker(system: str, dsn: str, schema: str, index: int, ready: Any, go: Any,
                 drain = LOOPS[system](conn, schema, me)
                 wait_for_go()
                 got, last = drain()
-        results.put((index, got, last, None))
+        results.put((index, got, last, None,
+                     (time.process_time() - cpu_at_go, (sched_ns()[1] - runq_at_go) / 1e9)))
     except BaseException as exc:  # reported to the parent, which fails the run
         if not said_ready:
             ready.put(index)
-        results.put((index, [], 0, f"{type(exc).__name__}: {exc}"))
+        results.put((index, [], 0, f"{type(exc).__name__}: {exc}", (0.0, 0.0)))
 
 
 # --- setting up each system -------------------------------------------------------------
@@ -460,35 +518,69 @@ class System:
 
 
 class WaitSampler(threading.Thread):
-    """Counts the wait events of one system's backends every few milliseconds."""
+    """Counts the wait events of one system's backends every few milliseconds; and what
+    it costs the server (``polls``: its transactions; ``cpu_s``: its backend's CPU), for
+    ``--peer-counts`` to take off. ``started`` is set once it has polled. ``backends``:
+    each of the system's backends' (CPU ns, ns waiting for a CPU) when first and last
+    seen (``/proc/<pid>/schedstat``; none when the server runs elsewhere)."""
 
     def __init__(self, dsn: str, system: str) -> None:
         super().__init__(daemon=True)
         self.dsn, self.app = dsn, f"bench-{system}"
         self.counts: collections.Counter[str] = collections.Counter()
         self.samples = 0
+        self.polls = 0
+        self.cpu_s = 0.0
         self.stop = threading.Event()
+        self.started = threading.Event()
+        self.backends: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.started.set()
+
+    def _run(self) -> None:
         with connect(self.dsn) as conn:
+            first = sched_ns(conn.info.backend_pid)[0]
             while not self.stop.is_set():
                 rows = conn.execute(
-                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state"
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state, pid"
                     " FROM pg_stat_activity WHERE application_name = %s", (self.app,)
                 ).fetchall()
-                for event, state in rows:
+                self.polls += 1
+                for event, state, pid in rows:
                     self.counts["ClientRead (idle)" if state == "idle" else event] += 1
+                    now = sched_ns(pid)
+                    if now[0]:
+                        self.backends[pid] = (self.backends.get(pid, (now, now))[0], now)
+                self.started.set()
                 self.samples += len(rows)
                 time.sleep(0.005)
+            self.cpu_s = (sched_ns(conn.info.backend_pid)[0] - first) / 1e9 if first else 0.0
+
+    def backend_s(self) -> tuple[float, float]:
+        """The system's backends' CPU seconds, and seconds waiting for a CPU, between the
+        sampler's first and last sight of each."""
+        return (sum(b[0] - a[0] for a, b in self.backends.values()) / 1e9,
+                sum(b[1] - a[1] for a, b in self.backends.values()) / 1e9)
 
     def shares(self) -> dict[str, float]:
         total = max(self.samples, 1)
         return {k: round(v / total, 3) for k, v in self.counts.most_common(8)}
 
 
-def _drain_python(system: System, workers: int, unflushed: bool
-                  ) -> tuple[int, list[tuple[int, list[Any], int, str | None]], WaitSampler]:
-    """Start ``workers`` Python worker processes, let them go; their answers."""
+#: A worker's answer: its index, the job ids it took, when it took its last, its error or
+#: None, and from the go signal to its last job, its CPU seconds and its (main thread's)
+#: seconds waiting for a CPU.
+Answer = tuple[int, list[Any], int, str | None, tuple[float, float]]
+
+
+def _drain_python(system: System, workers: int, unflushed: bool,
+                  counted: Counted | None = None) -> tuple[int, list[Answer], WaitSampler]:
+    """Start ``workers`` Python worker processes, let them go; their answers. With
+    ``counted``, its first snapshot is read just before the go signal."""
     ctx = mp.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
@@ -503,6 +595,9 @@ def _drain_python(system: System, workers: int, unflushed: bool
         ready.get(timeout=120)
     sampler = WaitSampler(system.dsn, system.name)
     sampler.start()
+    if counted is not None:
+        sampler.started.wait(timeout=60)
+        counted.start()
     start = time.monotonic_ns()
     go.set()
     out = [results.get(timeout=1800) for _ in procs]
@@ -513,31 +608,46 @@ def _drain_python(system: System, workers: int, unflushed: bool
     return start, out, sampler
 
 
-def _drain_node(system: NodeSystem, workers: int, unflushed: bool
-                ) -> tuple[int, list[tuple[int, list[Any], int, str | None]], WaitSampler]:
+def _drain_node(system: NodeSystem, workers: int, unflushed: bool,
+                counted: Counted | None = None) -> tuple[int, list[Answer], WaitSampler]:
     """The same with ``workers`` node processes."""
     procs = system.start_workers(workers, unflushed)
     sampler = WaitSampler(system.dsn, system.name)
     sampler.start()
+    if counted is not None:
+        sampler.started.wait(timeout=60)
+        counted.start()
     start = NodeSystem.go(procs)
-    answers = NodeSystem.collect(procs)
+    answers = NodeSystem.answers(procs)
     sampler.stop.set()
     sampler.join(timeout=5)
-    return start, [(i, got, last, err) for i, (got, last, err) in enumerate(answers)], sampler
+    return start, [(i, [str(x) for x in a.get("got", [])], int(a.get("last", 0)), err,
+                    (float(a.get("cpu_us", 0)) / 1e6, float(a.get("runq_us", 0)) / 1e6))
+                   for i, (a, err) in enumerate(answers)], sampler
 
 
 def run_once(system: System | NodeSystem, workers: int, jobs: int,
-             unflushed: bool = False) -> dict[str, Any]:
+             unflushed: bool = False, counts: bool | None = None) -> dict[str, Any]:
     """One timed drain of ``jobs`` jobs by ``workers`` processes (with
-    ``synchronous_commit = off`` in their sessions when ``unflushed``)."""
+    ``synchronous_commit = off`` in their sessions when ``unflushed``). With ``counts``
+    (None: no counts; False: without ``pg_stat_statements``) the result's ``counts``
+    says what the drain cost the server, per 1,000 jobs (``_counts``)."""
     system.fill(jobs)
+    counted = None if counts is None else Counted(system.dsn, counts)
     if isinstance(system, NodeSystem):
-        start, out, sampler = _drain_node(system, workers, unflushed)
+        start, out, sampler = _drain_node(system, workers, unflushed, counted)
     else:
-        start, out, sampler = _drain_python(system, workers, unflushed)
-    errors = [e for _, _, _, e in out if e]
-    seen = [job for _, got, _, _ in out for job in got]
-    end = max((last for _, got, last, _ in out if got), default=start)
+        start, out, sampler = _drain_python(system, workers, unflushed, counted)
+    extra: dict[str, Any] = {}
+    if counted is not None:
+        time.sleep(COUNT_SETTLE_S)  # the workers' backends exit, and report their counts
+        extra["counts"] = counted.per_job(
+            jobs, snapshot(system.dsn, counted.statements), own_commits=sampler.polls,
+            own_cpu_s=sampler.cpu_s, backend_s=sampler.backend_s(),
+            client_s=(sum(c for *_, (c, _) in out), sum(q for *_, (_, q) in out)))
+    errors = [e for _, _, _, e, _ in out if e]
+    seen = [job for _, got, _, _, _ in out for job in got]
+    end = max((last for _, got, last, _, _ in out if got), default=start)
     elapsed = (end - start) / 1e9
     duplicates = len(seen) - len(set(seen))
     finished = system.finished()
@@ -550,10 +660,11 @@ def run_once(system: System | NodeSystem, workers: int, jobs: int,
         "leased": len(seen),
         "duplicates": duplicates,
         "finished_in_db": finished,
-        "per_worker": sorted(len(got) for _, got, _, _ in out),
+        "per_worker": sorted(len(got) for _, got, _, _, _ in out),
         "errors": errors,
         "ok": ok,
         "wait_events": sampler.shares(),
+        **extra,
     }
 
 
@@ -652,6 +763,12 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
     counts = {sy.name: {w: cfg.peer_jobs for w in cfg.workers} for sy in systems}
     unflushed_counts = {sy.name: max(cfg.peer_jobs // 2, 1) for sy in systems}
     calibration: dict[str, dict[str, float]] = {sy.name: {} for sy in systems}
+    # --peer-counts: each timed drain's counts, with pg_stat_statements where preloaded.
+    counting = statements_ready(cfg.dsn) if cfg.peer_counts else None
+    costs: dict[str, dict[str, float]] = {}
+    if counting is not None:
+        costs["before"] = unit_costs(cfg.dsn)
+        cfg.log(f"  peers: unit costs before the drains (µs): {costs['before']}")
     try:
         if cfg.peer_seconds > 0:
             for sy in systems:
@@ -667,18 +784,26 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         for rep in range(cfg.peer_repeats):
             for w in cfg.workers:
                 for sy in systems:
-                    r = run_once(sy, w, counts[sy.name][w])
+                    r = run_once(sy, w, counts[sy.name][w], counts=counting)
                     runs[sy.name][w].append(r)
                     cfg.log(f"  peers: repeat {rep + 1} W={w} {sy.name}: "
                             f"{r['jobs_per_s']:.0f} jobs/s over {r['jobs']:,} jobs in"
                             f" {r['seconds']:.1f} s{'' if r['ok'] else '  CHECK FAILED'}")
+                    if "counts" in r:
+                        cfg.log(f"    counts a 1,000 jobs: {counts_line(r['counts'])}")
         # Without peer_seconds, a ratio of rates: half the jobs will do.
-        unflushed = {sy.name: run_once(sy, top, unflushed_counts[sy.name], unflushed=True)
+        unflushed = {sy.name: run_once(sy, top, unflushed_counts[sy.name], unflushed=True,
+                                       counts=counting)
                      for sy in systems}
         for name, r in unflushed.items():
             cfg.log(f"  peers: W={top} {name}, synchronous_commit off: "
                     f"{r['jobs_per_s']:.0f} jobs/s over {r['jobs']:,} jobs in"
                     f" {r['seconds']:.1f} s{'' if r['ok'] else '  CHECK FAILED'}")
+            if "counts" in r:
+                cfg.log(f"    counts a 1,000 jobs: {counts_line(r['counts'])}")
+        if counting is not None:
+            costs["after"] = unit_costs(cfg.dsn)
+            cfg.log(f"  peers: unit costs after the drains (µs): {costs['after']}")
     finally:
         for sy in systems:
             sy.drop()
@@ -686,6 +811,8 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
         "unit": "jobs/s",
         "jobs": cfg.peer_jobs,
         "min_seconds": cfg.peer_seconds,
+        "counted": None if counting is None else
+        {"pg_stat_statements": counting, "note": COUNTS_NOTE, "unit_costs_us": costs},
         "jobs_per_drain": {name: {str(w): n for w, n in per.items()}
                            for name, per in counts.items()},
         "calibration_jobs_per_s": calibration,
@@ -720,6 +847,8 @@ def run_peers(cfg: Settings) -> dict[str, Any]:
                 waits.update(r["wait_events"])
             entry[str(w)] = {
                 "jobs_per_s": summarize([r["jobs_per_s"] for r in rs]),
+                **({"counts": median_counts([r["counts"] for r in rs])}
+                   if rs and all("counts" in r for r in rs) else {}),
                 "checks_ok": all(r["ok"] for r in rs),
                 "duplicates": sum(r["duplicates"] for r in rs),
                 "errors": [e for r in rs for e in r["errors"]],

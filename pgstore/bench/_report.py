@@ -238,6 +238,20 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                         f"{peers['jobs']:,} jobs)", ["system"] + [f"W={w}" for w in ws],
                         [[name] + [f"{per.get(str(w), 0):,}" for w in ws]
                          for name, per in peers["jobs_per_drain"].items()]))
+        counted = peers.get("counted")
+        if counted:
+            names = ("commits", "statements", "wal_flushes", "wal_kb", "server_cpu_us",
+                     "backend_cpu_us", "backend_runq_us", "client_cpu_us", "client_runq_us")
+            out.append(("Counts a 1,000 jobs, medians (--peer-counts; CPU: µs a job)",
+                        ["system", "W", *names],
+                        [[name, w, *(str(c["counts"].get(n, "-")) for n in names)]
+                         for name, per in peers["systems"].items()
+                         for w, c in per.items() if "counts" in c]))
+            out.append(("Unit costs (µs, medians)", ["when", "round trip", "durable UPDATE",
+                                                      "unflushed UPDATE", "flush"],
+                        [[when, *(str(u[k]) for k in ("round_trip_us", "durable_update_us",
+                                                       "unflushed_update_us", "flush_us"))]
+                         for when, u in counted["unit_costs_us"].items()]))
         if peers.get("short_drains"):
             out.append((f"Drains that still lasted under {peers['min_seconds']:g} s",
                         ["system", "seconds"],

@@ -11,7 +11,9 @@
 // npm cache, see _node.py). `work` connects, prints "ready", waits for a line on
 // stdin, drains the queue with its peer's own batching, and prints one JSON line:
 // {"got": [job ids], "last": "<CLOCK_MONOTONIC ns of the last completion>",
-//  "calls": [epoch ms each job's handler ran, as got], "end": <epoch ms of the last completion>}
+//  "calls": [epoch ms each job's handler ran, as got], "end": <epoch ms of the last completion>,
+//  "cpu_us": <the process's CPU from the go line to the last completion, µs>,
+//  "runq_us": <its main thread's time waiting for a CPU meanwhile, µs (schedstat)>}
 // (the burst sends the go line at its instant T: the workers connect before).
 "use strict";
 
@@ -27,6 +29,15 @@ const EMPTY_RETRIES = 3;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const now = () => process.hrtime.bigint().toString(); // CLOCK_MONOTONIC on Linux
+const cpuSince = (at) => { const u = process.cpuUsage(at); return u.user + u.system; };
+// ns the main thread waited, runnable, for a CPU (0 where /proc has no schedstat)
+const runqNs = () => {
+  try {
+    return Number(require("node:fs").readFileSync("/proc/self/schedstat", "utf8").split(" ")[1]);
+  } catch {
+    return 0;
+  }
+};
 
 function versions() {
   const of = (name) => need(`${name}/package.json`).version;
@@ -122,6 +133,8 @@ async function workGraphile(schema, settings) {
     },
   };
   await waitForGo();
+  const cpuAtGo = process.cpuUsage();
+  const runqAtGo = runqNs();
   await runOnce({
     pgPool, schema, taskList, concurrency: settings.concurrentJobs, noHandleSignals: true,
     logger: quietLogger(),
@@ -130,8 +143,10 @@ async function workGraphile(schema, settings) {
   });
   last = now(); // runOnce resolves once every completion is written
   const end = Date.now();
+  const cpu_us = cpuSince(cpuAtGo);
+  const runq_us = (runqNs() - runqAtGo) / 1000;
   await pgPool.end();
-  return { got, last, calls, end };
+  return { got, last, calls, end, cpu_us, runq_us };
 }
 
 async function workBoss(schema, settings) {
@@ -143,6 +158,10 @@ async function workBoss(schema, settings) {
   let end = Date.now();
   let empty = 0;
   await waitForGo();
+  const cpuAtGo = process.cpuUsage();
+  const runqAtGo = runqNs();
+  let cpu_us = 0;
+  let runq_us = 0;
   while (empty < EMPTY_RETRIES) {
     const jobs = await b.fetch(QUEUE, { batchSize: settings.batchSize });
     if (!jobs || jobs.length === 0) {
@@ -159,9 +178,11 @@ async function workBoss(schema, settings) {
     for (const id of ids) got.push(String(id));
     last = now();
     end = Date.now();
+    cpu_us = cpuSince(cpuAtGo);
+    runq_us = (runqNs() - runqAtGo) / 1000;
   }
   await b.stop({ graceful: false, wait: true });
-  return { got, last, calls, end };
+  return { got, last, calls, end, cpu_us, runq_us };
 }
 
 async function main() {
