@@ -51,11 +51,21 @@
 -- them), deletes them and inserts the new lanes; each place up to the new limit
 -- keeps what it held, and a concurrency place above a lowered limit that may
 -- still serve a live lease (no clock decides it) is kept as a retired row
--- (slot = -place) that no lease takes and its lease's renews keep extending,
--- until a later change finds that lease ended. Rows are replaced, never
--- rewritten, so a leaser whose snapshot predates the change finds its lanes
--- gone (skipped), never new places checked against old limits; a renew that
--- finds its row gone looks again, with a new snapshot.
+-- (slot = -place) that no lease takes and its lease's renews keep extending.
+-- While a retired row is left, a lease over the lowered limit may live (and
+-- every lane place may serve one too), so no lease takes a lane place of the
+-- queue (nor does a renew of a lease without a place): every
+-- read of the lanes says so, in the snapshot that shows the lanes, so a
+-- snapshot that shows new lanes shows their retired rows too. A leaser first
+-- deletes the retired rows whose lease ended at its p_now, under their row
+-- lock (queue_slots_sweep): by the job's evidence, or by lease_until, which a
+-- renew of that lease (a clock behind) then finds gone, as it would a lane
+-- place a leaser took. So once the leases over a lowered limit ended, the
+-- queue takes new ones as its limit says, and not before. Rows are
+-- replaced, never rewritten, so a leaser whose snapshot predates the change
+-- finds its lanes gone (skipped), never new places checked against old
+-- limits; a renew that finds its row gone looks again, with a new snapshot,
+-- and one whose queue has no concurrency limit any more needs no place.
 --
 -- A queue without limits has no rows here and its leases never call this
 -- file's functions: job_lease_take reads the limits of the queues it walks
@@ -87,7 +97,8 @@ COMMENT ON TABLE queue_slots IS
 'leased job) and the renews (lease_untils); clients can neither read nor write it.';
 COMMENT ON COLUMN queue_slots.slot IS
 '1..L: a lane, which a lease may take; negative: a retired concurrency place (-slot), '
-'which only its lease''s renews write.';
+'which only its lease''s renews write (and a leaser deletes once that lease ended); '
+'while one is left no lease takes a lane of the queue.';
 COMMENT ON COLUMN queue_slots.run_ids IS
 'The lane''s concurrency places (NULL: the queue has no concurrency limit): the job of '
 'the last lease each served (with lease_sequences: that lease); a NULL element: none yet.';
@@ -262,6 +273,37 @@ COMMENT ON FUNCTION queue_slots_layout(text, integer, integer) IS
 'what it held, and a retired row for each concurrency place above p_concurrency whose '
 'lease may still live (only the job''s evidence says it ended). No rows when both are '
 'NULL.';
+
+CREATE FUNCTION queue_slots_sweep(p_queue text, p_now bigint) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- Runs as its caller, queue_limits_reserve or queue_limits_keep, before they
+-- look for a free place of p_queue: while a retired place is left, a lease
+-- over a lowered limit may live, and they take none (their reads of the
+-- lanes say so, in the snapshot that shows them).
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    -- The retired places whose lease ended at p_now go, under their row lock:
+    -- a renew of one of those leases (its holder's clock behind p_now) then
+    -- finds no place, as it would had a leaser taken a lane place of it. One
+    -- that a renew holds locked stays: its lease lives.
+    IF EXISTS (SELECT FROM queue_slots s WHERE s.queue = p_queue AND s.slot < 0) THEN
+        DELETE FROM queue_slots s
+         WHERE (s.queue, s.slot) IN (
+                   SELECT r.queue, r.slot
+                     FROM queue_slots r
+                    WHERE r.queue = p_queue AND r.slot < 0
+                      AND queue_slot_free(r.run_ids[1], r.lease_sequences[1],
+                                          r.lease_untils[1], p_now)
+                      FOR UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION queue_slots_sweep(text, bigint) IS
+'Deletes the retired concurrency places of p_queue (queue_slots rows with slot < 0) '
+'whose lease ended at p_now (queue_slot_free), those it can lock: the leases and renews '
+'that look for a free place of the queue take none while a retired place is left.';
 
 CREATE FUNCTION queue_set_concurrency(p_queue text, p_limit integer) RETURNS boolean
 LANGUAGE plpgsql
@@ -447,8 +489,11 @@ BEGIN
          WHERE q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL
          ORDER BY q.queue
     LOOP
+        PERFORM queue_slots_sweep(v_queue, p_now);
         -- One lane a job: each lane has a free place of each kind the queue
-        -- limits (its arrays say which: NULL, no such limit). The period is
+        -- limits (its arrays say which: NULL, no such limit), and none while a
+        -- retired place is left (its lease may live: the queue is at or over
+        -- its limit), read in the same snapshot as the lanes. The period is
         -- read by this statement, in the snapshot that shows these lanes. The
         -- rules of queue_lane_free (queue_slot_free) and queue_lane_usable are
         -- written out here, as subqueries of the lane's columns: re-checked on
@@ -469,6 +514,8 @@ BEGIN
                   FROM queue_slots s
                   JOIN queues q ON q.queue = s.queue
                  WHERE s.queue = v_queue AND s.slot > 0
+                   AND NOT EXISTS (SELECT FROM queue_slots r
+                                    WHERE r.queue = v_queue AND r.slot < 0)
                    AND CASE WHEN s.run_ids IS NULL THEN true
                             WHEN cardinality(s.lease_untils) = 1
                             THEN s.lease_untils[1] IS NULL
@@ -520,7 +567,8 @@ COMMENT ON FUNCTION queue_limits_reserve(text[], integer[], bigint) IS
 'p_wants[i] of its lanes usable at p_now (a free concurrency place, queue_lane_free, and '
 'a usable rate place, queue_lane_usable, of the limits it has), one row a job, and '
 'answers {queue: {cap, lanes, cpos, rpos}}: the lease may take at most cap of the '
-'queue''s jobs, and queue_limits_fill writes them into those places. Queues without '
+'queue''s jobs, and queue_limits_fill writes them into those places. None of a queue '
+'that still has a retired place after queue_slots_sweep (cap 0). Queues without '
 'limits are left out; ''{}'' when none has one. Lanes it locks and does not fill are let '
 'go at commit, unwritten.';
 
@@ -639,14 +687,19 @@ BEGIN
 
     -- A lease without a place (taken before the limit was set, or its place
     -- taken by a leaser whose clock ran past its lease_until) takes a free one
-    -- in a lane (its rate places untouched: a renew is no new lease), or is
-    -- lost.
+    -- in a lane (its rate places untouched: a renew is no new lease), none
+    -- while a retired place is left (as a lease), or is lost. A lease of a
+    -- queue that has no concurrency limit now (a change lifted it while this
+    -- renew waited for the lanes) needs no place: it is kept.
     FOR v_job IN
         SELECT u.queue, u.run_id, u.seq
           FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
          WHERE NOT u.run_id = ANY (v_kept)
+           AND EXISTS (SELECT FROM queues q
+                        WHERE q.queue = u.queue AND q.concurrency_limit IS NOT NULL)
          ORDER BY u.run_id
     LOOP
+        PERFORM queue_slots_sweep(v_job.queue, p_now);
         UPDATE queue_slots s
            SET run_ids = s.run_ids[1:f.pos - 1] || v_job.run_id || s.run_ids[f.pos + 1:],
                lease_sequences = s.lease_sequences[1:f.pos - 1] || v_job.seq
@@ -658,6 +711,8 @@ BEGIN
                            AS pos
                   FROM queue_slots f
                  WHERE f.queue = v_job.queue AND f.slot > 0 AND f.run_ids IS NOT NULL
+                   AND NOT EXISTS (SELECT FROM queue_slots r
+                                    WHERE r.queue = v_job.queue AND r.slot < 0)
                    AND queue_lane_free(f.run_ids, f.lease_sequences, f.lease_untils, p_now)
                        IS NOT NULL
                  ORDER BY f.slot
@@ -675,8 +730,10 @@ $$;
 COMMENT ON FUNCTION queue_limits_keep(text[], text[], bigint[], bigint, bigint) IS
 'For the renewed leases (p_queues[i], p_run_ids[i], p_sequences[i]) of queues with a '
 'concurrency limit: extends the concurrency place each holds (in a lane or retired) to '
-'p_until, or gives one that holds none a free place in a lane; answers the run_ids of '
-'those that found none (the queue is full: their renew must fail and their lease end).';
+'p_until, or gives one that holds none a free place in a lane (none while the queue has '
+'a retired place after queue_slots_sweep); answers the run_ids of those that found none '
+'(the queue is full: their renew must fail and their lease end). A lease of a queue '
+'that has no concurrency limit by then needs no place.';
 
 CREATE FUNCTION queue_limits_caps(p_limits jsonb, p_queues text[]) RETURNS jsonb
 LANGUAGE sql STABLE

@@ -122,6 +122,52 @@ def test_lowering_the_limit_ends_no_lease(jobs: JobStoreUnderTest) -> None:
     assert _ids(s.lease_many("h", NOW + 10, TTL, 10)) == ["q4"]
 
 
+def test_no_lease_starts_while_a_lease_over_a_lowered_limit_lives(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Lowered from 3 to 1 with three leases live: the one in the place kept ends first,
+    and still no lease starts while the two over the new limit live (pgstore_0026 leased
+    q3 there: three live leases under a limit of 1)."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q0", "q1", "q2"]
+    assert s.set_queue_concurrency("q", 1) is True
+    assert s.mark_dispatched("q0", "h", None).recorded
+    assert s.lease("h", NOW + 10, TTL) is None
+    assert s.lease_many("h", NOW + 10, TTL, 10) == []
+    assert _queue(jobs, "q", NOW + 10).leased == 2
+    assert s.release("q1", "h", NOW + 50_000)
+    assert s.lease_many("h", NOW + 10, TTL, 10) == []  # q2 still runs
+    # q2 is cancelled: its lease still counts until it expires (NOW + TTL).
+    assert s.cancel("q2").value == "cancelled"
+    assert s.lease("h", NOW + TTL - 1, TTL) is None
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["q3"]
+    # A renew of q2's lease by a clock behind the leaser's finds its place gone and the
+    # queue full: it ends, never a second live lease.
+    assert s.renew("q2", "h", NOW + TTL - 1, TTL) is False
+    assert _queue(jobs, "q", NOW + TTL - 1).leased == 1
+    assert s.lease("h", NOW + TTL, TTL) is None
+
+
+def test_a_renew_without_a_place_waits_for_the_leases_over_a_lowered_limit(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """A lease from before the limit takes a free place at its renew, but not while a
+    lease over a lowered limit lives: the queue is at its limit."""
+    s = jobs.store
+    _due(jobs, "q", 5)
+    assert _ids(s.lease_many("h", NOW, TTL, 2)) == ["q0", "q1"]  # no limit yet
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q2", "q3", "q4"]
+    assert s.set_queue_concurrency("q", 2) is True  # q4's place is retired
+    assert s.mark_dispatched("q2", "h", None).recorded
+    assert s.renew("q0", "h", NOW + 10, TTL) is False  # q3 and q4 live: full
+    assert s.mark_dispatched("q4", "h", None).recorded
+    assert s.renew_many(["q1"], "h", NOW + 10, TTL) == [True]  # q2's place
+    assert s.lease("h", NOW + 10, TTL) is None  # q1 and q3 hold both places
+
+
 def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     _due(jobs, "q", 8)

@@ -8,7 +8,8 @@ once its ``taken_at`` is a period old. They lie in L lanes (L the smaller limit)
 holds the places i, i + L, ... of each kind. A lease takes the lowest usable lanes, one
 a job, and there the first free place of each kind; a renew extends the place its lease
 holds (or takes a free one, or the lease ends); a change of the limits lays the lanes out
-again. The caller, ``MemoryJobStore``, holds its lock around every call.
+again, and while a retired place (a busy one above a lowered limit) is left, no lease
+takes a lane place. The caller, ``MemoryJobStore``, holds its lock around every call.
 """
 
 from __future__ import annotations
@@ -209,6 +210,9 @@ class QueueLimits:
             if q is None or (q.concurrency is None and q.rate is None):
                 continue
             got: Reserved = []
+            out[name] = got
+            if self._retired_left(q, at):
+                continue
             for slot in sorted(s for s in q.lanes if s > 0):
                 if len(got) == want:
                     break
@@ -222,8 +226,17 @@ class QueueLimits:
                     lane.stamps is None or rpos is not None
                 ):
                     got.append((slot, cpos, rpos))
-            out[name] = got
         return out
+
+    def _retired_left(self, q: _Queue, at: int) -> bool:
+        """SQL's ``queue_slots_sweep``, then whether a retired place is left: the retired
+        places whose lease ended at ``at`` go; while one is left, a lease over a lowered
+        limit may live, and no lease (nor a renew without a place) takes a lane place."""
+        for slot in [s for s in q.lanes if s < 0]:
+            places = q.lanes[slot].places
+            if places is not None and self._free(places[0], at):
+                del q.lanes[slot]
+        return any(s < 0 for s in q.lanes)
 
     def take(self, leased: list[Job], at: int, reserved: dict[str, Reserved]) -> None:
         """Write the leases ``leased`` (of limited queues, within their caps) into the
@@ -257,6 +270,8 @@ class QueueLimits:
                     kept = True
         if kept:
             return True
+        if self._retired_left(q, at):
+            return False
         for slot in sorted(s for s in q.lanes if s > 0):
             lane = q.lanes[slot]
             if lane.places is None:
