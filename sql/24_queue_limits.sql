@@ -234,11 +234,27 @@ BEGIN
           FROM unnest(v_rows) r
          CROSS JOIN LATERAL generate_subscripts(r.run_ids, 1) AS k
          WHERE r.run_ids[k] IS NOT NULL AND p_concurrency IS NOT NULL),
-    stamps AS (
+    stamped AS (
         SELECT (k - 1) * v_old + r.slot AS place, r.taken_ats[k] AS taken_at
           FROM unnest(v_rows) r
          CROSS JOIN LATERAL generate_subscripts(r.taken_ats, 1) AS k
-         WHERE r.slot > 0 AND r.taken_ats[k] IS NOT NULL AND p_rate IS NOT NULL)
+         WHERE r.slot > 0 AND r.taken_ats[k] IS NOT NULL AND p_rate IS NOT NULL),
+    -- The newest p_rate uses: a lowered rate limit forgets only uses older than
+    -- every one it keeps, so a lease that a kept place allows (its use a period
+    -- old) finds each forgotten one out of its window too. Those kept keep
+    -- their place up to p_rate; those above it take the free places below, in
+    -- order.
+    kept AS (
+        SELECT t.place, t.taken_at FROM stamped t ORDER BY t.taken_at DESC, t.place LIMIT p_rate),
+    stamps AS (
+        SELECT k.place, k.taken_at FROM kept k WHERE k.place <= p_rate
+        UNION ALL
+        SELECT h.place, m.taken_at
+          FROM (SELECT k.taken_at, row_number() OVER (ORDER BY k.place) AS n
+                  FROM kept k WHERE k.place > p_rate) m
+          JOIN (SELECT g AS place, row_number() OVER (ORDER BY g) AS n
+                  FROM generate_series(1, p_rate) AS g
+                 WHERE g NOT IN (SELECT k.place FROM kept k)) h ON h.n = m.n)
     -- The lanes: each place up to the new limits keeps what it held.
     SELECT p_queue, i,
            CASE WHEN p_concurrency IS NOT NULL THEN ARRAY(
@@ -270,7 +286,8 @@ COMMENT ON FUNCTION queue_slots_layout(text, integer, integer) IS
 'Lays the rows of p_queue in queue_slots out again for the limits p_concurrency and '
 'p_rate (NULL: none): locks them all (waiting for whoever holds them), deletes them and '
 'inserts least(p_concurrency, p_rate) lanes, each place up to the new limits holding '
-'what it held, and a retired row for each concurrency place above p_concurrency whose '
+'what it held (the newest p_rate uses of rate places, those above p_rate moved into the '
+'free places below), and a retired row for each concurrency place above p_concurrency whose '
 'lease may still live (only the job''s evidence says it ended). No rows when both are '
 'NULL.';
 

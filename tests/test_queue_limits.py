@@ -193,6 +193,29 @@ def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None
     assert _queue(jobs, "q", NOW + 2_600).rate_used == 1
 
 
+def test_a_lowered_rate_limit_keeps_the_newest_leases_in_their_windows(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Raised from 2 to 3 and lowered back within one period: the uses kept are the
+    newest two, so the window from NOW + 900 holds no third lease. pgstore_0026 kept
+    the uses of places 1 and 2 (NOW, NOW + 900) and forgot place 3's (NOW + 960): q0
+    was leased again at NOW + 1000, three leases in [NOW + 900, NOW + 1900)."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_rate("q", 2, 1_000)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["q0"]
+    assert _ids(s.lease_many("h", NOW + 900, TTL, 1)) == ["q1"]
+    s.set_queue_rate("q", 3, 1_000)
+    assert _ids(s.lease_many("h", NOW + 960, TTL, 5)) == ["q2"]
+    s.set_queue_rate("q", 2, 1_000)
+    assert _queue(jobs, "q", NOW + 960).rate_used == 2
+    assert s.lease("h", NOW + 1_000, TTL) is None
+    assert s.lease_many("h", NOW + 1_899, TTL, 5) == []
+    assert _ids(s.lease_many("h", NOW + 1_900, TTL, 5)) == ["q0"]  # q1's use is a period old
+    assert s.lease("h", NOW + 1_959, TTL) is None
+    assert _ids(s.lease_many("h", NOW + 1_960, TTL, 5)) == ["q1"]
+
+
 def test_a_rate_window_reaching_below_the_smallest_bigint(jobs: JobStoreUnderTest) -> None:
     # now - period is below -2^63 here: the listing and the lease still answer (the
     # hostile-input suite found queue_list raising 22003 where the memory store did not).

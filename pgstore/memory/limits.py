@@ -121,8 +121,9 @@ class QueueLimits:
 
     def _layout(self, q: _Queue) -> None:
         """SQL's ``queue_slots_layout``: each place up to the new limits keeps what it
-        held, in the new lanes; a concurrency place above a lowered limit whose lease may
-        live (no clock decides it) is retired."""
+        held, in the new lanes (of the rate places, the newest uses, moved below a lowered
+        limit); a concurrency place above a lowered limit whose lease may live (no clock
+        decides it) is retired."""
         old = q.lanes.items()
         n = sum(1 for slot in q.lanes if slot > 0)
         places: dict[int, _Place] = {}
@@ -136,6 +137,14 @@ class QueueLimits:
                 for k, stamp in enumerate(lane.stamps):
                     if stamp is not None:
                         stamps[k * n + slot] = stamp
+        if q.rate is not None:
+            # The newest q.rate uses (SQL's kept): those above the limit move into the
+            # free places below, in order.
+            kept = sorted(stamps.items(), key=lambda item: (-item[1], item[0]))[:q.rate]
+            stay = {g: t for g, t in kept if g <= q.rate}
+            movers = [t for g, t in sorted(kept) if g > q.rate]
+            holes = [g for g in range(1, q.rate + 1) if g not in stay]
+            stamps = stay | dict(zip(holes, movers, strict=False))
         q.lanes = {}
         limits = [x for x in (q.concurrency, q.rate) if x is not None]
         if not limits:
