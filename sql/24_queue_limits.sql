@@ -65,7 +65,8 @@
 -- replaced, never rewritten, so a leaser whose snapshot predates the change
 -- finds its lanes gone (skipped), never new places checked against old
 -- limits; a renew that finds its row gone looks again, with a new snapshot,
--- and one whose queue has no concurrency limit any more needs no place.
+-- as often as changes replace the rows it waits for, and one whose queue has
+-- no concurrency limit any more needs no place.
 --
 -- A queue without limits has no rows here and its leases never call this
 -- file's functions: job_lease_take reads the limits of the queues it walks
@@ -653,9 +654,10 @@ AS $$
 -- concurrency limit.
 -- @plpgsql_check_options: performance_warnings = false
 DECLARE
-    v_kept text[] := ARRAY[]::text[];
-    v_lost text[] := ARRAY[]::text[];
-    v_job  record;
+    v_kept  text[] := ARRAY[]::text[];
+    v_lost  text[] := ARRAY[]::text[];
+    v_job   record;
+    v_again boolean;
 BEGIN
     -- The place each lease holds, extended. The lanes are locked in slot
     -- order first (a lane holds several leases when the concurrency limit is
@@ -663,13 +665,24 @@ BEGIN
     -- lock orders this with a leaser that found the place free (its
     -- lease_until passed on that leaser's clock): either it took the place
     -- first (this finds another lease there) or it sees the extended
-    -- lease_until. A second pass, with a new snapshot, for leases the first
-    -- did not find: a change of the limits replaced the rows it waited for.
-    FOR v_pass IN 1..2 LOOP
+    -- lease_until. Another pass, with a new snapshot, for the leases not found
+    -- while a row that held one in this pass's snapshot was gone or changed
+    -- once locked: a change of the limits replaced the rows it waited for (and
+    -- the next change may replace the new ones too before this locks them), or
+    -- a leaser took the place (the next pass finds it no more).
+    LOOP
         WITH leases AS (
             SELECT u.queue, u.run_id, u.seq
               FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
              WHERE NOT u.run_id = ANY (v_kept)),
+        seen AS (
+            SELECT count(*) AS n
+              FROM queue_slots s
+             WHERE s.run_ids && ARRAY(SELECT l.run_id FROM leases l)
+               AND EXISTS (SELECT FROM leases l
+                            WHERE l.queue = s.queue
+                              AND (l.run_id, l.seq) IN (
+                                      SELECT * FROM unnest(s.run_ids, s.lease_sequences)))),
         locked AS (
             SELECT s.queue, s.slot
               FROM queue_slots s
@@ -694,12 +707,15 @@ BEGIN
               FROM locked o
              WHERE s.queue = o.queue AND s.slot = o.slot
             RETURNING s.queue, s.run_ids, s.lease_sequences)
-        SELECT v_kept || coalesce(array_agg(l.run_id), '{}')
-          INTO v_kept
-          FROM kept k
-         CROSS JOIN LATERAL unnest(k.run_ids, k.lease_sequences) AS r(run_id, seq)
-          JOIN leases l ON l.queue = k.queue AND l.run_id = r.run_id AND l.seq = r.seq;
-        EXIT WHEN p_run_ids <@ v_kept OR v_pass = 2;
+        SELECT v_kept || coalesce(
+                   (SELECT array_agg(l.run_id)
+                      FROM kept k
+                     CROSS JOIN LATERAL unnest(k.run_ids, k.lease_sequences) AS r(run_id, seq)
+                      JOIN leases l ON l.queue = k.queue AND l.run_id = r.run_id
+                                   AND l.seq = r.seq), '{}'),
+               (SELECT n FROM seen) > (SELECT count(*) FROM locked)
+          INTO v_kept, v_again;
+        EXIT WHEN p_run_ids <@ v_kept OR NOT v_again;
     END LOOP;
 
     -- A lease without a place (taken before the limit was set, or its place

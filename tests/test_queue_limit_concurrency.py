@@ -20,6 +20,8 @@ What it proves, against a real server, trial after trial:
 * the concurrency limit lowered and raised again and again while the leasers lease: a
   lease that starts (live at a monitor's poll, not at the one before, no change between)
   finds the live leases within the limit, also while leases over a lowered limit live;
+* leases that hold places, renewed again and again while two changers lay the lanes out
+  back to back: every renew answers true;
 * a leaser in a REPEATABLE READ transaction whose snapshot predates another leaser's
   lease either gets a serialization failure (40001) or leases within the limit, never
   beyond it; a mark it cannot see keeps the row busy.
@@ -492,3 +494,53 @@ def test_no_lease_starts_over_a_limit_lowered_while_leasers_lease(
         changed = changes.result()
     assert over == [], f"leases started over the limit (before, after, limit): {over}"
     assert changed > 10 and leased > 40 and len(starts) > 20, (changed, leased, len(starts))
+
+
+def test_a_renew_keeps_its_place_through_changes_back_to_back(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str,
+) -> None:
+    """Leases that hold places are renewed again and again while two changers lay the
+    lanes out again back to back (limits raised, lowered, the rate set and lifted, the
+    concurrency limit never lifted): every renew answers true, as each lease keeps its
+    place (in a lane, or retired). pgstore_0026 looked again only once: a renew that
+    waited for one change and then for the next found its place gone twice, answered
+    false and cut the lease short, while its place stayed busy in the lanes."""
+    ttl, seconds, holders = 60_000, 2.0, 4
+    stores = [PgJobStore(connect(), schema=pgstore_schema) for _ in range(holders + 3)]
+    setup = stores[-1]
+    setup.set_queue_concurrency("lim", holders)
+    setup.schedule_many([f"lim-{i}" for i in range(holders)], [0] * holders, queue="lim")
+    leases = setup.lease_many("h", None, ttl, holders, queues=["lim"])
+    assert len(leases) == holders
+    stop = threading.Event()
+    barrier = threading.Barrier(holders + 2)
+
+    def renew(w: int) -> list[bool]:
+        job, answers = leases[w], []
+        barrier.wait(BARRIER_TIMEOUT)
+        while not stop.is_set():
+            answers.append(stores[w].renew(job.run_id, "h", None, ttl, job.lease_sequence))
+        return answers
+
+    def change(c: int) -> int:
+        rnd, store, changes = random.Random(c), stores[holders + c], 0
+        barrier.wait(BARRIER_TIMEOUT)
+        while not stop.is_set():
+            if rnd.random() < 0.5:
+                changes += store.set_queue_concurrency("lim", rnd.choice([1, 2, 3, 4, 6]))
+            else:
+                rate = rnd.choice([None, 1, 3, 5])
+                changes += store.set_queue_rate("lim", rate, None if rate is None else 60_000)
+        return changes
+
+    with ThreadPoolExecutor(holders + 2) as pool:
+        renews = [pool.submit(renew, w) for w in range(holders)]
+        changers = [pool.submit(change, c) for c in range(2)]
+        time.sleep(seconds)
+        stop.set()
+        answers = [f.result() for f in renews]
+        changed = sum(f.result() for f in changers)
+    lost = [(leases[w].run_id, a.count(False), len(a)) for w, a in enumerate(answers)
+            if not all(a)]
+    assert lost == [], f"renews refused (run_id, refused, renews): {lost}"
+    assert changed > 20 and all(len(a) > 5 for a in answers), (changed, answers)
