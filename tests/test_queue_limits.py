@@ -275,6 +275,37 @@ def test_a_job_failed_out_of_attempts_takes_no_place(jobs: JobStoreUnderTest) ->
     assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["b"]
 
 
+def test_a_job_failed_out_of_attempts_leaves_a_batch_its_place(jobs: JobStoreUnderTest) -> None:
+    """A batch that fails a job of a limited queue leases the queue's next jobs in its
+    place, as the single leases that follow would: the failed job counts against the
+    batch's limit, never against the queue's. pgstore_0026 answered ["b"] (and
+    ["b", "z"] beside another queue): the failed job took one of the queue's two
+    candidates."""
+    s = jobs.store
+    s.schedule("a", 1, max_attempts=1, queue="q")
+    s.schedule("b", 2, queue="q")
+    s.schedule("c", 3, queue="q")
+    s.schedule("d", 4, queue="q")
+    s.schedule("e", 5, queue="q")
+    s.schedule("z", 50, queue="other")
+    s.set_queue_concurrency("q", 2)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["a"]
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10, queues=["q"])) == ["b", "c"]
+    failed = s.get("a")
+    assert failed is not None and failed.failed
+    # Again with a rate limit that binds, beside another queue: a, retried and leased
+    # again, uses one of two leases a period; its lease expires, and the batch that
+    # fails it takes d in its place (and z), then e must wait for the period.
+    assert s.retry("a", 1).value == "retried"
+    for run_id in ("b", "c"):
+        assert s.mark_dispatched(run_id, "h", None).recorded
+    s.set_queue_concurrency("q", None)
+    s.set_queue_rate("q", 2, 1_000_000)
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 1)) == ["a"]
+    assert _ids(s.lease_many("h", NOW + 2 * TTL, TTL, 10)) == ["d", "z"]
+    assert s.lease_many("h", NOW + 2 * TTL, TTL, 10) == []  # a and d used the rate
+
+
 @pytest.mark.parametrize(
     ("call", "param"),
     [
