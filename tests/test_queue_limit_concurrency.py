@@ -432,6 +432,7 @@ def test_no_lease_starts_over_a_limit_lowered_while_leasers_lease(
     setup.schedule_many([f"lim-{i}" for i in range(4000)], [0] * 4000, queue="lim")
     stop = threading.Event()
     barrier = threading.Barrier(workers + 1)
+    refused: list[str] = []
 
     def work(w: int) -> int:
         rnd = random.Random(w)
@@ -446,8 +447,11 @@ def test_no_lease_starts_over_a_limit_lowered_while_leasers_lease(
             leased += len(got)
             time.sleep(rnd.random() * 0.02)
             for job in got:
+                # Every lease holds a place (the limit is never lifted, one clock): its
+                # renew never fails.
                 if rnd.random() < 0.3 and not store.renew(
                         job.run_id, holder, None, ttl, job.lease_sequence):
+                    refused.append(job.run_id)
                     continue
                 if rnd.random() < 0.8:
                     store.mark_dispatched(job.run_id, holder, "bot", job.lease_sequence)
@@ -493,7 +497,9 @@ def test_no_lease_starts_over_a_limit_lowered_while_leasers_lease(
         leased = sum(f.result() for f in results)
         changed = changes.result()
     assert over == [], f"leases started over the limit (before, after, limit): {over}"
-    assert changed > 10 and leased > 40 and len(starts) > 20, (changed, leased, len(starts))
+    assert refused == []
+    # Exercised: changes made, leases taken and seen starting (a loaded machine is slow).
+    assert changed > 10 and leased > 20 and len(starts) > 10, (changed, leased, len(starts))
 
 
 def test_a_renew_keeps_its_place_through_changes_back_to_back(
@@ -518,8 +524,13 @@ def test_a_renew_keeps_its_place_through_changes_back_to_back(
     def renew(w: int) -> list[bool]:
         job, answers = leases[w], []
         barrier.wait(BARRIER_TIMEOUT)
-        while not stop.is_set():
-            answers.append(stores[w].renew(job.run_id, "h", None, ttl, job.lease_sequence))
+        while not stop.is_set():  # job_renew and job_renew_many by turns
+            if len(answers) % 2:
+                answers.extend(stores[w].renew_many([job.run_id], "h", None, ttl,
+                                                    [job.lease_sequence]))
+            else:
+                answers.append(stores[w].renew(job.run_id, "h", None, ttl,
+                                               job.lease_sequence))
         return answers
 
     def change(c: int) -> int:
