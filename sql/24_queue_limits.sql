@@ -52,16 +52,20 @@
 -- keeps what it held, and a concurrency place above a lowered limit that may
 -- still serve a live lease (no clock decides it) is kept as a retired row
 -- (slot = -place) that no lease takes and its lease's renews keep extending.
--- While a retired row is left, a lease over the lowered limit may live (and
--- every lane place may serve one too), so no lease takes a lane place of the
--- queue (nor does a renew of a lease without a place): every
--- read of the lanes says so, in the snapshot that shows the lanes, so a
--- snapshot that shows new lanes shows their retired rows too. A leaser first
--- deletes the retired rows whose lease ended at its p_now, under their row
--- lock (queue_slots_sweep): by the job's evidence, or by lease_until, which a
--- renew of that lease (a clock behind) then finds gone, as it would a lane
--- place a leaser took. So once the leases over a lowered limit ended, the
--- queue takes new ones as its limit says, and not before. Rows are
+-- Each retired row left stands for a lease over the lowered limit that may
+-- live, so it holds back one lane place: a lease of k jobs locks k + r usable
+-- lanes (r the retired rows, counted in the snapshot that shows the lanes: a
+-- snapshot that shows new lanes shows their retired rows too), fills k, and
+-- clears the free place it found in r others, so that it is free for every
+-- clock. With L busy lane places before, at least k + r were free, so after
+-- it L + k + r <= C: the retired leases and the lane leases stay within the
+-- new limit from the first lease that starts after the change (those before
+-- it ran under the old one), and concurrent leasers lock disjoint lanes, each
+-- counting r. A renew of a lease without a place takes no lane while a
+-- retired row is left. A leaser first deletes the retired rows whose lease
+-- ended at its p_now, under their row lock (queue_slots_sweep): by the job's
+-- evidence, or by lease_until, which a renew of that lease (a clock behind)
+-- then finds gone, as it would a lane place a leaser took. Rows are
 -- replaced, never rewritten, so a leaser whose snapshot predates the change
 -- finds its lanes gone (skipped), never new places checked against old
 -- limits; a renew that finds its row gone looks again, with a new snapshot,
@@ -99,7 +103,7 @@ COMMENT ON TABLE queue_slots IS
 COMMENT ON COLUMN queue_slots.slot IS
 '1..L: a lane, which a lease may take; negative: a retired concurrency place (-slot), '
 'which only its lease''s renews write (and a leaser deletes once that lease ended); '
-'while one is left no lease takes a lane of the queue.';
+'each holds back one lane from the leases of the queue.';
 COMMENT ON COLUMN queue_slots.run_ids IS
 'The lane''s concurrency places (NULL: the queue has no concurrency limit): the job of '
 'the last lease each served (with lease_sequences: that lease); a NULL element: none yet.';
@@ -296,9 +300,9 @@ CREATE FUNCTION queue_slots_sweep(p_queue text, p_now bigint) RETURNS void
 LANGUAGE plpgsql
 AS $$
 -- Runs as its caller, queue_limits_reserve or queue_limits_keep, before they
--- look for a free place of p_queue: while a retired place is left, a lease
--- over a lowered limit may live, and they take none (their reads of the
--- lanes say so, in the snapshot that shows them).
+-- look for a free place of p_queue: each retired place left stands for a
+-- lease over a lowered limit that may live (their reads of the lanes count
+-- them, in the snapshot that shows the lanes).
 -- @plpgsql_check_options: performance_warnings = false
 BEGIN
     -- The retired places whose lease ended at p_now go, under their row lock:
@@ -320,8 +324,9 @@ $$;
 
 COMMENT ON FUNCTION queue_slots_sweep(text, bigint) IS
 'Deletes the retired concurrency places of p_queue (queue_slots rows with slot < 0) '
-'whose lease ended at p_now (queue_slot_free), those it can lock: the leases and renews '
-'that look for a free place of the queue take none while a retired place is left.';
+'whose lease ended at p_now (queue_slot_free), those it can lock: each one left holds '
+'back a lane from the leases of the queue, and while one is left a renew without a '
+'place takes none.';
 
 CREATE FUNCTION queue_set_concurrency(p_queue text, p_limit integer) RETURNS boolean
 LANGUAGE plpgsql
@@ -498,6 +503,7 @@ DECLARE
     v_lanes integer[];
     v_cpos  integer[];
     v_rpos  integer[];
+    v_held  integer;  -- the queue's retired places
     v_out   jsonb := '{}'::jsonb;
 BEGIN
     FOR v_queue, v_want IN
@@ -509,9 +515,10 @@ BEGIN
     LOOP
         PERFORM queue_slots_sweep(v_queue, p_now);
         -- One lane a job: each lane has a free place of each kind the queue
-        -- limits (its arrays say which: NULL, no such limit), and none while a
-        -- retired place is left (its lease may live: the queue is at or over
-        -- its limit), read in the same snapshot as the lanes. The period is
+        -- limits (its arrays say which: NULL, no such limit). And one lane
+        -- more for each retired place left (its lease may live), counted in
+        -- the same snapshot as the lanes: those lanes take no lease, and
+        -- queue_limits_fill clears the place each was found to have free. The period is
         -- read by this statement, in the snapshot that shows these lanes. The
         -- rules of queue_lane_free (queue_slot_free) and queue_lane_usable are
         -- written out here, as subqueries of the lane's columns: re-checked on
@@ -520,8 +527,9 @@ BEGIN
         -- inlined) twice a lane. A lane of one place of a kind needs no second
         -- look for which one it is.
         SELECT coalesce(array_agg(l.slot ORDER BY l.slot), '{}'),
-               array_agg(l.cpos ORDER BY l.slot), array_agg(l.rpos ORDER BY l.slot)
-          INTO v_lanes, v_cpos, v_rpos
+               array_agg(l.cpos ORDER BY l.slot), array_agg(l.rpos ORDER BY l.slot),
+               (SELECT count(*) FROM queue_slots r WHERE r.queue = v_queue AND r.slot < 0)
+          INTO v_lanes, v_cpos, v_rpos, v_held
           FROM (SELECT s.slot,
                        CASE WHEN cardinality(s.lease_untils) = 1 THEN 1
                             ELSE queue_lane_free(s.run_ids, s.lease_sequences,
@@ -532,8 +540,6 @@ BEGIN
                   FROM queue_slots s
                   JOIN queues q ON q.queue = s.queue
                  WHERE s.queue = v_queue AND s.slot > 0
-                   AND NOT EXISTS (SELECT FROM queue_slots r
-                                    WHERE r.queue = v_queue AND r.slot < 0)
                    AND CASE WHEN s.run_ids IS NULL THEN true
                             WHEN cardinality(s.lease_untils) = 1
                             THEN s.lease_untils[1] IS NULL
@@ -570,11 +576,12 @@ BEGIN
                                          OR t.taken_at::numeric
                                             <= p_now::numeric - q.rate_period_ms) END
                  ORDER BY s.slot
-                 LIMIT v_want
+                 LIMIT v_want + (SELECT count(*) FROM queue_slots r
+                                  WHERE r.queue = v_queue AND r.slot < 0)
                    FOR UPDATE OF s SKIP LOCKED) l;
         v_out := v_out || jsonb_build_object(
-            v_queue, jsonb_build_object('cap', cardinality(v_lanes), 'lanes', v_lanes,
-                                        'cpos', v_cpos, 'rpos', v_rpos));
+            v_queue, jsonb_build_object('cap', greatest(cardinality(v_lanes) - v_held, 0),
+                                        'lanes', v_lanes, 'cpos', v_cpos, 'rpos', v_rpos));
     END LOOP;
     RETURN v_out;
 END
@@ -585,8 +592,9 @@ COMMENT ON FUNCTION queue_limits_reserve(text[], integer[], bigint) IS
 'p_wants[i] of its lanes usable at p_now (a free concurrency place, queue_lane_free, and '
 'a usable rate place, queue_lane_usable, of the limits it has), one row a job, and '
 'answers {queue: {cap, lanes, cpos, rpos}}: the lease may take at most cap of the '
-'queue''s jobs, and queue_limits_fill writes them into those places. None of a queue '
-'that still has a retired place after queue_slots_sweep (cap 0). Queues without '
+'queue''s jobs, and queue_limits_fill writes them into those places; one lane more for '
+'each retired place left after queue_slots_sweep, past the cap (queue_limits_fill clears '
+'its free place), and the cap that much lower. Queues without '
 'limits are left out; ''{}'' when none has one. Lanes it locks and does not fill are let '
 'go at commit, unwritten.';
 
@@ -635,6 +643,26 @@ BEGIN
                            AS j(queue, run_id, lease_sequence)
                      WHERE p_limits ? j.queue) l) p
      WHERE s.queue = p.queue AND s.slot = p.lane;
+    -- The lanes past the cap stand for the retired places' leases: the place
+    -- each was found to have free is cleared, so that it is free for every
+    -- clock (a renew of a lease there whose clock runs behind this p_now then
+    -- finds it gone, as it would had a lease taken it).
+    UPDATE queue_slots s
+       SET run_ids = s.run_ids[1:e.cpos - 1] || NULL::text || s.run_ids[e.cpos + 1:],
+           lease_sequences = s.lease_sequences[1:e.cpos - 1] || NULL::bigint
+                             || s.lease_sequences[e.cpos + 1:],
+           lease_untils = s.lease_untils[1:e.cpos - 1] || NULL::bigint
+                          || s.lease_untils[e.cpos + 1:]
+      FROM (SELECT q.key AS queue, l.lane::integer AS lane, c.cpos::integer AS cpos
+              FROM jsonb_each(p_limits) q
+             CROSS JOIN LATERAL jsonb_array_elements_text(q.value -> 'lanes')
+                   WITH ORDINALITY AS l(lane, n)
+              JOIN LATERAL jsonb_array_elements_text(   -- JSON null: no lanes
+                       CASE WHEN jsonb_typeof(q.value -> 'cpos') = 'array'
+                            THEN q.value -> 'cpos' END)
+                   WITH ORDINALITY AS c(cpos, n) ON c.n = l.n
+             WHERE l.n > (q.value ->> 'cap')::integer AND c.cpos IS NOT NULL) e
+     WHERE s.queue = e.queue AND s.slot = e.lane;
 END
 $$;
 
@@ -642,7 +670,9 @@ COMMENT ON FUNCTION queue_limits_fill(jsonb, text[], text[], bigint[], bigint, b
 'Writes the leases (p_queues[i], p_run_ids[i], p_sequences[i]) into the lanes '
 'queue_limits_reserve answered in p_limits, one lane a lease: its free concurrency place '
 'gets the lease (run_id, lease_sequence) and lease_until p_until, its usable rate place '
-'taken_at p_now. Raises (P0001) rather than record more leases of a queue than its cap.';
+'taken_at p_now; in each lane past a queue''s cap (one a retired place), the free '
+'concurrency place it was found to have is cleared. Raises (P0001) rather than record '
+'more leases of a queue than its cap.';
 
 CREATE FUNCTION queue_limits_keep(
     p_queues text[], p_run_ids text[], p_sequences bigint[], p_now bigint, p_until bigint

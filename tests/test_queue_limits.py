@@ -150,6 +150,33 @@ def test_no_lease_starts_while_a_lease_over_a_lowered_limit_lives(
     assert s.lease("h", NOW + TTL, TTL) is None
 
 
+def test_a_lowered_limit_leases_again_once_below_it_with_its_leases_over_it(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Lowered from 3 to 2 with three leases live: q2's place is retired. Once q0 and q1
+    end, the queue holds one live lease (q2's) and takes one more, not two; and a lane
+    that stood for q2's lease in that lease had its place cleared: a renew there from a
+    clock behind (its lease expired by the leaser's) finds its place gone and the queue
+    full, and ends."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["q0"]
+    assert _ids(s.lease_many("h", NOW, 500, 1)) == ["q1"]  # until NOW + 500
+    assert _ids(s.lease_many("h", NOW, 5 * TTL, 1)) == ["q2"]
+    assert s.set_queue_concurrency("q", 2) is True
+    assert s.mark_dispatched("q0", "h", None).recorded
+    assert s.lease("h", NOW + 10, TTL) is None  # q1 and q2 live: full
+    assert s.cancel("q1").value == "cancelled"  # its lease counts until NOW + 500
+    assert _ids(s.lease_many("h", NOW + 500, TTL, 10)) == ["q3"]
+    assert _queue(jobs, "q", NOW + 500).leased == 2
+    assert s.renew("q1", "h", NOW + 499, TTL) is False
+    assert s.lease_many("h", NOW + 500, TTL, 10) == []
+    assert s.mark_dispatched("q2", "h", None).recorded
+    assert _ids(s.lease_many("h", NOW + 500, TTL, 10)) == ["q4"]
+    assert s.lease("h", NOW + 500, TTL) is None  # q3 and q4
+
+
 def test_a_renew_without_a_place_waits_for_the_leases_over_a_lowered_limit(
     jobs: JobStoreUnderTest,
 ) -> None:

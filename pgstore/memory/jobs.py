@@ -449,6 +449,8 @@ class MemoryJobStore:
         leasable = self._leasable(at, queues)
         reserved = self._limits.reserve({job.queue for job in leasable}, at, limit)
         caps = {queue: len(lanes) for queue, lanes in reserved.items()}
+        if all(caps.get(job.queue, 1) <= 0 for job in leasable):
+            return []  # every queue full: SQL's lease ends before queue_limits_fill
         taken: list[Job] = []
         left = limit
         while True:
