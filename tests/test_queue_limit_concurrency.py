@@ -522,7 +522,7 @@ def test_a_renew_keeps_its_place_through_changes_back_to_back(
     barrier = threading.Barrier(holders + 2)
 
     def renew(w: int) -> list[bool]:
-        job, answers = leases[w], []
+        job, answers = leases[w], list[bool]()
         barrier.wait(BARRIER_TIMEOUT)
         while not stop.is_set():  # job_renew and job_renew_many by turns
             if len(answers) % 2:
