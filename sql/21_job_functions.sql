@@ -608,6 +608,13 @@ BEGIN
         IF v_limits IS NOT NULL THEN
             v_caps := queue_limits_caps(
                 v_limits, ARRAY(SELECT r.queue FROM unnest(v_rows) r WHERE NOT r.failed));
+            -- A job of a limited queue failed instead of leased was one of the
+            -- queue's capped candidates and took none of its lanes: another
+            -- round, for the queue's next jobs, as the next single lease would
+            -- take them.
+            v_more := v_more OR EXISTS (
+                          SELECT FROM unnest(v_round) r
+                           WHERE r.failed AND (v_caps ->> r.queue)::integer > 0);
         END IF;
         EXIT WHEN v_left <= 0 OR NOT v_more;
         v_window := v_window * 4;

@@ -51,11 +51,26 @@
 -- them), deletes them and inserts the new lanes; each place up to the new limit
 -- keeps what it held, and a concurrency place above a lowered limit that may
 -- still serve a live lease (no clock decides it) is kept as a retired row
--- (slot = -place) that no lease takes and its lease's renews keep extending,
--- until a later change finds that lease ended. Rows are replaced, never
--- rewritten, so a leaser whose snapshot predates the change finds its lanes
--- gone (skipped), never new places checked against old limits; a renew that
--- finds its row gone looks again, with a new snapshot.
+-- (slot = -place) that no lease takes and its lease's renews keep extending.
+-- Each retired row left stands for a lease over the lowered limit that may
+-- live, so it holds back one lane place: a lease of k jobs locks k + r usable
+-- lanes (r the retired rows, counted in the snapshot that shows the lanes: a
+-- snapshot that shows new lanes shows their retired rows too), fills k, and
+-- clears the free place it found in r others, so that it is free for every
+-- clock. With L busy lane places before, at least k + r were free, so after
+-- it L + k + r <= C: the retired leases and the lane leases stay within the
+-- new limit from the first lease that starts after the change (those before
+-- it ran under the old one), and concurrent leasers lock disjoint lanes, each
+-- counting r. A renew of a lease without a place takes no lane while a
+-- retired row is left. A leaser first deletes the retired rows whose lease
+-- ended at its p_now, under their row lock (queue_slots_sweep): by the job's
+-- evidence, or by lease_until, which a renew of that lease (a clock behind)
+-- then finds gone, as it would a lane place a leaser took. Rows are
+-- replaced, never rewritten, so a leaser whose snapshot predates the change
+-- finds its lanes gone (skipped), never new places checked against old
+-- limits; a renew that finds its row gone looks again, with a new snapshot,
+-- as often as changes replace the rows it waits for, and one whose queue has
+-- no concurrency limit any more needs no place.
 --
 -- A queue without limits has no rows here and its leases never call this
 -- file's functions: job_lease_take reads the limits of the queues it walks
@@ -87,7 +102,8 @@ COMMENT ON TABLE queue_slots IS
 'leased job) and the renews (lease_untils); clients can neither read nor write it.';
 COMMENT ON COLUMN queue_slots.slot IS
 '1..L: a lane, which a lease may take; negative: a retired concurrency place (-slot), '
-'which only its lease''s renews write.';
+'which only its lease''s renews write (and a leaser deletes once that lease ended); '
+'each holds back one lane from the leases of the queue.';
 COMMENT ON COLUMN queue_slots.run_ids IS
 'The lane''s concurrency places (NULL: the queue has no concurrency limit): the job of '
 'the last lease each served (with lease_sequences: that lease); a NULL element: none yet.';
@@ -223,11 +239,27 @@ BEGIN
           FROM unnest(v_rows) r
          CROSS JOIN LATERAL generate_subscripts(r.run_ids, 1) AS k
          WHERE r.run_ids[k] IS NOT NULL AND p_concurrency IS NOT NULL),
-    stamps AS (
+    stamped AS (
         SELECT (k - 1) * v_old + r.slot AS place, r.taken_ats[k] AS taken_at
           FROM unnest(v_rows) r
          CROSS JOIN LATERAL generate_subscripts(r.taken_ats, 1) AS k
-         WHERE r.slot > 0 AND r.taken_ats[k] IS NOT NULL AND p_rate IS NOT NULL)
+         WHERE r.slot > 0 AND r.taken_ats[k] IS NOT NULL AND p_rate IS NOT NULL),
+    -- The newest p_rate uses: a lowered rate limit forgets only uses older than
+    -- every one it keeps, so a lease that a kept place allows (its use a period
+    -- old) finds each forgotten one out of its window too. Those kept keep
+    -- their place up to p_rate; those above it take the free places below, in
+    -- order.
+    kept AS (
+        SELECT t.place, t.taken_at FROM stamped t ORDER BY t.taken_at DESC, t.place LIMIT p_rate),
+    stamps AS (
+        SELECT k.place, k.taken_at FROM kept k WHERE k.place <= p_rate
+        UNION ALL
+        SELECT h.place, m.taken_at
+          FROM (SELECT k.taken_at, row_number() OVER (ORDER BY k.place) AS n
+                  FROM kept k WHERE k.place > p_rate) m
+          JOIN (SELECT g AS place, row_number() OVER (ORDER BY g) AS n
+                  FROM generate_series(1, p_rate) AS g
+                 WHERE g NOT IN (SELECT k.place FROM kept k)) h ON h.n = m.n)
     -- The lanes: each place up to the new limits keeps what it held.
     SELECT p_queue, i,
            CASE WHEN p_concurrency IS NOT NULL THEN ARRAY(
@@ -259,9 +291,42 @@ COMMENT ON FUNCTION queue_slots_layout(text, integer, integer) IS
 'Lays the rows of p_queue in queue_slots out again for the limits p_concurrency and '
 'p_rate (NULL: none): locks them all (waiting for whoever holds them), deletes them and '
 'inserts least(p_concurrency, p_rate) lanes, each place up to the new limits holding '
-'what it held, and a retired row for each concurrency place above p_concurrency whose '
+'what it held (the newest p_rate uses of rate places, those above p_rate moved into the '
+'free places below), and a retired row for each concurrency place above p_concurrency whose '
 'lease may still live (only the job''s evidence says it ended). No rows when both are '
 'NULL.';
+
+CREATE FUNCTION queue_slots_sweep(p_queue text, p_now bigint) RETURNS void
+LANGUAGE plpgsql
+AS $$
+-- Runs as its caller, queue_limits_reserve or queue_limits_keep, before they
+-- look for a free place of p_queue: each retired place left stands for a
+-- lease over a lowered limit that may live (their reads of the lanes count
+-- them, in the snapshot that shows the lanes).
+-- @plpgsql_check_options: performance_warnings = false
+BEGIN
+    -- The retired places whose lease ended at p_now go, under their row lock:
+    -- a renew of one of those leases (its holder's clock behind p_now) then
+    -- finds no place, as it would had a leaser taken a lane place of it. One
+    -- that a renew holds locked stays: its lease lives.
+    IF EXISTS (SELECT FROM queue_slots s WHERE s.queue = p_queue AND s.slot < 0) THEN
+        DELETE FROM queue_slots s
+         WHERE (s.queue, s.slot) IN (
+                   SELECT r.queue, r.slot
+                     FROM queue_slots r
+                    WHERE r.queue = p_queue AND r.slot < 0
+                      AND queue_slot_free(r.run_ids[1], r.lease_sequences[1],
+                                          r.lease_untils[1], p_now)
+                      FOR UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION queue_slots_sweep(text, bigint) IS
+'Deletes the retired concurrency places of p_queue (queue_slots rows with slot < 0) '
+'whose lease ended at p_now (queue_slot_free), those it can lock: each one left holds '
+'back a lane from the leases of the queue, and while one is left a renew without a '
+'place takes none.';
 
 CREATE FUNCTION queue_set_concurrency(p_queue text, p_limit integer) RETURNS boolean
 LANGUAGE plpgsql
@@ -438,6 +503,7 @@ DECLARE
     v_lanes integer[];
     v_cpos  integer[];
     v_rpos  integer[];
+    v_held  integer;  -- the queue's retired places
     v_out   jsonb := '{}'::jsonb;
 BEGIN
     FOR v_queue, v_want IN
@@ -447,8 +513,12 @@ BEGIN
          WHERE q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL
          ORDER BY q.queue
     LOOP
+        PERFORM queue_slots_sweep(v_queue, p_now);
         -- One lane a job: each lane has a free place of each kind the queue
-        -- limits (its arrays say which: NULL, no such limit). The period is
+        -- limits (its arrays say which: NULL, no such limit). And one lane
+        -- more for each retired place left (its lease may live), counted in
+        -- the same snapshot as the lanes: those lanes take no lease, and
+        -- queue_limits_fill clears the place each was found to have free. The period is
         -- read by this statement, in the snapshot that shows these lanes. The
         -- rules of queue_lane_free (queue_slot_free) and queue_lane_usable are
         -- written out here, as subqueries of the lane's columns: re-checked on
@@ -457,8 +527,9 @@ BEGIN
         -- inlined) twice a lane. A lane of one place of a kind needs no second
         -- look for which one it is.
         SELECT coalesce(array_agg(l.slot ORDER BY l.slot), '{}'),
-               array_agg(l.cpos ORDER BY l.slot), array_agg(l.rpos ORDER BY l.slot)
-          INTO v_lanes, v_cpos, v_rpos
+               array_agg(l.cpos ORDER BY l.slot), array_agg(l.rpos ORDER BY l.slot),
+               (SELECT count(*) FROM queue_slots r WHERE r.queue = v_queue AND r.slot < 0)
+          INTO v_lanes, v_cpos, v_rpos, v_held
           FROM (SELECT s.slot,
                        CASE WHEN cardinality(s.lease_untils) = 1 THEN 1
                             ELSE queue_lane_free(s.run_ids, s.lease_sequences,
@@ -505,11 +576,12 @@ BEGIN
                                          OR t.taken_at::numeric
                                             <= p_now::numeric - q.rate_period_ms) END
                  ORDER BY s.slot
-                 LIMIT v_want
+                 LIMIT v_want + (SELECT count(*) FROM queue_slots r
+                                  WHERE r.queue = v_queue AND r.slot < 0)
                    FOR UPDATE OF s SKIP LOCKED) l;
         v_out := v_out || jsonb_build_object(
-            v_queue, jsonb_build_object('cap', cardinality(v_lanes), 'lanes', v_lanes,
-                                        'cpos', v_cpos, 'rpos', v_rpos));
+            v_queue, jsonb_build_object('cap', greatest(cardinality(v_lanes) - v_held, 0),
+                                        'lanes', v_lanes, 'cpos', v_cpos, 'rpos', v_rpos));
     END LOOP;
     RETURN v_out;
 END
@@ -520,7 +592,9 @@ COMMENT ON FUNCTION queue_limits_reserve(text[], integer[], bigint) IS
 'p_wants[i] of its lanes usable at p_now (a free concurrency place, queue_lane_free, and '
 'a usable rate place, queue_lane_usable, of the limits it has), one row a job, and '
 'answers {queue: {cap, lanes, cpos, rpos}}: the lease may take at most cap of the '
-'queue''s jobs, and queue_limits_fill writes them into those places. Queues without '
+'queue''s jobs, and queue_limits_fill writes them into those places; one lane more for '
+'each retired place left after queue_slots_sweep, past the cap (queue_limits_fill clears '
+'its free place), and the cap that much lower. Queues without '
 'limits are left out; ''{}'' when none has one. Lanes it locks and does not fill are let '
 'go at commit, unwritten.';
 
@@ -569,6 +643,26 @@ BEGIN
                            AS j(queue, run_id, lease_sequence)
                      WHERE p_limits ? j.queue) l) p
      WHERE s.queue = p.queue AND s.slot = p.lane;
+    -- The lanes past the cap stand for the retired places' leases: the place
+    -- each was found to have free is cleared, so that it is free for every
+    -- clock (a renew of a lease there whose clock runs behind this p_now then
+    -- finds it gone, as it would had a lease taken it).
+    UPDATE queue_slots s
+       SET run_ids = s.run_ids[1:e.cpos - 1] || NULL::text || s.run_ids[e.cpos + 1:],
+           lease_sequences = s.lease_sequences[1:e.cpos - 1] || NULL::bigint
+                             || s.lease_sequences[e.cpos + 1:],
+           lease_untils = s.lease_untils[1:e.cpos - 1] || NULL::bigint
+                          || s.lease_untils[e.cpos + 1:]
+      FROM (SELECT q.key AS queue, l.lane::integer AS lane, c.cpos::integer AS cpos
+              FROM jsonb_each(p_limits) q
+             CROSS JOIN LATERAL jsonb_array_elements_text(q.value -> 'lanes')
+                   WITH ORDINALITY AS l(lane, n)
+              JOIN LATERAL jsonb_array_elements_text(   -- JSON null: no lanes
+                       CASE WHEN jsonb_typeof(q.value -> 'cpos') = 'array'
+                            THEN q.value -> 'cpos' END)
+                   WITH ORDINALITY AS c(cpos, n) ON c.n = l.n
+             WHERE l.n > (q.value ->> 'cap')::integer AND c.cpos IS NOT NULL) e
+     WHERE s.queue = e.queue AND s.slot = e.lane;
 END
 $$;
 
@@ -576,7 +670,9 @@ COMMENT ON FUNCTION queue_limits_fill(jsonb, text[], text[], bigint[], bigint, b
 'Writes the leases (p_queues[i], p_run_ids[i], p_sequences[i]) into the lanes '
 'queue_limits_reserve answered in p_limits, one lane a lease: its free concurrency place '
 'gets the lease (run_id, lease_sequence) and lease_until p_until, its usable rate place '
-'taken_at p_now. Raises (P0001) rather than record more leases of a queue than its cap.';
+'taken_at p_now; in each lane past a queue''s cap (one a retired place), the free '
+'concurrency place it was found to have is cleared. Raises (P0001) rather than record '
+'more leases of a queue than its cap.';
 
 CREATE FUNCTION queue_limits_keep(
     p_queues text[], p_run_ids text[], p_sequences bigint[], p_now bigint, p_until bigint
@@ -588,9 +684,10 @@ AS $$
 -- concurrency limit.
 -- @plpgsql_check_options: performance_warnings = false
 DECLARE
-    v_kept text[] := ARRAY[]::text[];
-    v_lost text[] := ARRAY[]::text[];
-    v_job  record;
+    v_kept  text[] := ARRAY[]::text[];
+    v_lost  text[] := ARRAY[]::text[];
+    v_job   record;
+    v_again boolean;
 BEGIN
     -- The place each lease holds, extended. The lanes are locked in slot
     -- order first (a lane holds several leases when the concurrency limit is
@@ -598,13 +695,24 @@ BEGIN
     -- lock orders this with a leaser that found the place free (its
     -- lease_until passed on that leaser's clock): either it took the place
     -- first (this finds another lease there) or it sees the extended
-    -- lease_until. A second pass, with a new snapshot, for leases the first
-    -- did not find: a change of the limits replaced the rows it waited for.
-    FOR v_pass IN 1..2 LOOP
+    -- lease_until. Another pass, with a new snapshot, for the leases not found
+    -- while a row that held one in this pass's snapshot was gone or changed
+    -- once locked: a change of the limits replaced the rows it waited for (and
+    -- the next change may replace the new ones too before this locks them), or
+    -- a leaser took the place (the next pass finds it no more).
+    LOOP
         WITH leases AS (
             SELECT u.queue, u.run_id, u.seq
               FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
              WHERE NOT u.run_id = ANY (v_kept)),
+        seen AS (
+            SELECT count(*) AS n
+              FROM queue_slots s
+             WHERE s.run_ids && ARRAY(SELECT l.run_id FROM leases l)
+               AND EXISTS (SELECT FROM leases l
+                            WHERE l.queue = s.queue
+                              AND (l.run_id, l.seq) IN (
+                                      SELECT * FROM unnest(s.run_ids, s.lease_sequences)))),
         locked AS (
             SELECT s.queue, s.slot
               FROM queue_slots s
@@ -629,24 +737,32 @@ BEGIN
               FROM locked o
              WHERE s.queue = o.queue AND s.slot = o.slot
             RETURNING s.queue, s.run_ids, s.lease_sequences)
-        SELECT v_kept || coalesce(array_agg(l.run_id), '{}')
-          INTO v_kept
-          FROM kept k
-         CROSS JOIN LATERAL unnest(k.run_ids, k.lease_sequences) AS r(run_id, seq)
-          JOIN leases l ON l.queue = k.queue AND l.run_id = r.run_id AND l.seq = r.seq;
-        EXIT WHEN p_run_ids <@ v_kept OR v_pass = 2;
+        SELECT v_kept || coalesce(
+                   (SELECT array_agg(l.run_id)
+                      FROM kept k
+                     CROSS JOIN LATERAL unnest(k.run_ids, k.lease_sequences) AS r(run_id, seq)
+                      JOIN leases l ON l.queue = k.queue AND l.run_id = r.run_id
+                                   AND l.seq = r.seq), '{}'),
+               (SELECT n FROM seen) > (SELECT count(*) FROM locked)
+          INTO v_kept, v_again;
+        EXIT WHEN p_run_ids <@ v_kept OR NOT v_again;
     END LOOP;
 
     -- A lease without a place (taken before the limit was set, or its place
     -- taken by a leaser whose clock ran past its lease_until) takes a free one
-    -- in a lane (its rate places untouched: a renew is no new lease), or is
-    -- lost.
+    -- in a lane (its rate places untouched: a renew is no new lease), none
+    -- while a retired place is left (as a lease), or is lost. A lease of a
+    -- queue that has no concurrency limit now (a change lifted it while this
+    -- renew waited for the lanes) needs no place: it is kept.
     FOR v_job IN
         SELECT u.queue, u.run_id, u.seq
           FROM unnest(p_queues, p_run_ids, p_sequences) AS u(queue, run_id, seq)
          WHERE NOT u.run_id = ANY (v_kept)
+           AND EXISTS (SELECT FROM queues q
+                        WHERE q.queue = u.queue AND q.concurrency_limit IS NOT NULL)
          ORDER BY u.run_id
     LOOP
+        PERFORM queue_slots_sweep(v_job.queue, p_now);
         UPDATE queue_slots s
            SET run_ids = s.run_ids[1:f.pos - 1] || v_job.run_id || s.run_ids[f.pos + 1:],
                lease_sequences = s.lease_sequences[1:f.pos - 1] || v_job.seq
@@ -658,6 +774,8 @@ BEGIN
                            AS pos
                   FROM queue_slots f
                  WHERE f.queue = v_job.queue AND f.slot > 0 AND f.run_ids IS NOT NULL
+                   AND NOT EXISTS (SELECT FROM queue_slots r
+                                    WHERE r.queue = v_job.queue AND r.slot < 0)
                    AND queue_lane_free(f.run_ids, f.lease_sequences, f.lease_untils, p_now)
                        IS NOT NULL
                  ORDER BY f.slot
@@ -675,8 +793,10 @@ $$;
 COMMENT ON FUNCTION queue_limits_keep(text[], text[], bigint[], bigint, bigint) IS
 'For the renewed leases (p_queues[i], p_run_ids[i], p_sequences[i]) of queues with a '
 'concurrency limit: extends the concurrency place each holds (in a lane or retired) to '
-'p_until, or gives one that holds none a free place in a lane; answers the run_ids of '
-'those that found none (the queue is full: their renew must fail and their lease end).';
+'p_until, or gives one that holds none a free place in a lane (none while the queue has '
+'a retired place after queue_slots_sweep); answers the run_ids of those that found none '
+'(the queue is full: their renew must fail and their lease end). A lease of a queue '
+'that has no concurrency limit by then needs no place.';
 
 CREATE FUNCTION queue_limits_caps(p_limits jsonb, p_queues text[]) RETURNS jsonb
 LANGUAGE sql STABLE

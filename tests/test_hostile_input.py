@@ -305,7 +305,7 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
                                  'queue_limits_fill', 'queue_limits_keep',
                                  'queue_limits_caps', 'queue_limits_wants',
                                  'queue_lane_free', 'queue_lane_usable',
-                                 'queue_slots_layout')
+                                 'queue_slots_layout', 'queue_slots_sweep')
            -- the helpers: not granted to clients; and the owner's readings and fence, with
            -- no argument or tested on their own (tests/test_restore_fence.py); schedule_due_at,
            -- the generated column's expression, against its reference in

@@ -17,6 +17,11 @@ What it proves, against a real server, trial after trial:
   row several concurrency places);
 * both limits changed again and again (lowered, raised, lifted) while the leasers
   lease and renew: no error, and once the changes stop, the last limits hold exactly;
+* the concurrency limit lowered and raised again and again while the leasers lease: a
+  lease that starts (live at a monitor's poll, not at the one before, no change between)
+  finds the live leases within the limit, also while leases over a lowered limit live;
+* leases that hold places, renewed again and again while two changers lay the lanes out
+  back to back: every renew answers true;
 * a leaser in a REPEATABLE READ transaction whose snapshot predates another leaser's
   lease either gets a serialization failure (40001) or leases within the limit, never
   beyond it; a mark it cannot see keeps the row busy.
@@ -405,3 +410,148 @@ def test_a_limit_costs_one_row_lock_a_leased_job(
     assert len(got) == min(batch, 3)
     assert counter.execute(locked, (rows,)).fetchone() == (0,)
     leaser_conn.commit()
+
+
+@pytest.mark.parametrize("rate", [None, 2])
+def test_no_lease_starts_over_a_limit_lowered_while_leasers_lease(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str, rate: int | None,
+) -> None:
+    """The concurrency limit lowered and raised again and again (never lifted) while 6
+    leasers lease, hold, renew, mark and release: a monitor polls the limit (with the
+    time it was last changed) and the live leases in one snapshot each, and whenever the
+    live leases rose between two polls with no change between them, a lease started
+    then, so the count must be within the limit. pgstore_0026 let a lease start in a
+    place freed below a lowered limit while the leases over it still lived."""
+    ttl, seconds = 60_000, 2.5
+    workers = 6
+    stores = [PgJobStore(connect(), schema=pgstore_schema) for _ in range(workers + 2)]
+    setup, changer = stores[-1], stores[-2]
+    setup.set_queue_concurrency("lim", 4)
+    # With a rate limit (2 a ms) too, the lanes hold several concurrency places each.
+    setup.set_queue_rate("lim", rate, None if rate is None else 1)
+    setup.schedule_many([f"lim-{i}" for i in range(4000)], [0] * 4000, queue="lim")
+    stop = threading.Event()
+    barrier = threading.Barrier(workers + 1)
+    refused: list[str] = []
+
+    def work(w: int) -> int:
+        rnd = random.Random(w)
+        store, holder = stores[w], f"w{w}"
+        leased = 0
+        barrier.wait(BARRIER_TIMEOUT)
+        while not stop.is_set():
+            got = _lease(store, rnd, "mixed", holder, None, ttl, ["lim"])
+            if not got:
+                time.sleep(0.001)
+                continue
+            leased += len(got)
+            time.sleep(rnd.random() * 0.02)
+            for job in got:
+                # Every lease holds a place (the limit is never lifted, one clock): its
+                # renew never fails.
+                if rnd.random() < 0.3 and not store.renew(
+                        job.run_id, holder, None, ttl, job.lease_sequence):
+                    refused.append(job.run_id)
+                    continue
+                if rnd.random() < 0.8:
+                    store.mark_dispatched(job.run_id, holder, "bot", job.lease_sequence)
+                else:
+                    store.release(job.run_id, holder, 0, job.lease_sequence)
+        return leased
+
+    def change() -> int:
+        rnd = random.Random(11)
+        barrier.wait(BARRIER_TIMEOUT)
+        changes = 0
+        while not stop.is_set():
+            changes += changer.set_queue_concurrency("lim", rnd.choice([1, 2, 3, 4, 6]))
+            time.sleep(0.01 + rnd.random() * 0.03)
+        return changes
+
+    query = sql.SQL(
+        "SELECT q.concurrency_limit, q.updated_at,"
+        " ARRAY(SELECT j.run_id || '/' || j.lease_sequence FROM {s}.jobs j"
+        "        WHERE j.queue = 'lim' AND j.lease_holder IS NOT NULL"
+        "          AND j.lease_until > {s}.now_ms() AND NOT j.dispatched AND NOT j.failed)"
+        " FROM {s}.queues q WHERE q.queue = 'lim'").format(s=sql.Identifier(pgstore_schema))
+    monitor = connect()
+    starts: list[tuple[int, int]] = []
+    over: list[tuple[int, int, int]] = []
+    with ThreadPoolExecutor(workers + 1) as pool:
+        results = [pool.submit(work, w) for w in range(workers)]
+        changes = pool.submit(change)
+        end = time.monotonic() + seconds
+        last: tuple[int, int, list[str]] | None = None
+        try:
+            while time.monotonic() < end:
+                row = monitor.execute(query).fetchone()
+                assert row is not None
+                # A lease live now and not at the last poll started in between.
+                if last is not None and row[1] == last[1] and set(row[2]) - set(last[2]):
+                    starts.append((row[0], len(row[2])))
+                    if len(row[2]) > row[0]:
+                        over.append((len(last[2]), len(row[2]), row[0]))
+                last = row
+        finally:
+            stop.set()
+        leased = sum(f.result() for f in results)
+        changed = changes.result()
+    assert over == [], f"leases started over the limit (before, after, limit): {over}"
+    assert refused == []
+    # Exercised: changes made, leases taken and seen starting (a loaded machine is slow).
+    assert changed > 10 and leased > 20 and len(starts) > 10, (changed, leased, len(starts))
+
+
+def test_a_renew_keeps_its_place_through_changes_back_to_back(
+    connect: Callable[[], psycopg.Connection[Any]], pgstore_schema: str,
+) -> None:
+    """Leases that hold places are renewed again and again while two changers lay the
+    lanes out again back to back (limits raised, lowered, the rate set and lifted, the
+    concurrency limit never lifted): every renew answers true, as each lease keeps its
+    place (in a lane, or retired). pgstore_0026 looked again only once: a renew that
+    waited for one change and then for the next found its place gone twice, answered
+    false and cut the lease short, while its place stayed busy in the lanes."""
+    ttl, seconds, holders = 60_000, 2.0, 4
+    stores = [PgJobStore(connect(), schema=pgstore_schema) for _ in range(holders + 3)]
+    setup = stores[-1]
+    setup.set_queue_concurrency("lim", holders)
+    setup.schedule_many([f"lim-{i}" for i in range(holders)], [0] * holders, queue="lim")
+    leases = setup.lease_many("h", None, ttl, holders, queues=["lim"])
+    assert len(leases) == holders
+    stop = threading.Event()
+    barrier = threading.Barrier(holders + 2)
+
+    def renew(w: int) -> list[bool]:
+        job, answers = leases[w], list[bool]()
+        barrier.wait(BARRIER_TIMEOUT)
+        while not stop.is_set():  # job_renew and job_renew_many by turns
+            if len(answers) % 2:
+                answers.extend(stores[w].renew_many([job.run_id], "h", None, ttl,
+                                                    [job.lease_sequence]))
+            else:
+                answers.append(stores[w].renew(job.run_id, "h", None, ttl,
+                                               job.lease_sequence))
+        return answers
+
+    def change(c: int) -> int:
+        rnd, store, changes = random.Random(c), stores[holders + c], 0
+        barrier.wait(BARRIER_TIMEOUT)
+        while not stop.is_set():
+            if rnd.random() < 0.5:
+                changes += store.set_queue_concurrency("lim", rnd.choice([1, 2, 3, 4, 6]))
+            else:
+                rate = rnd.choice([None, 1, 3, 5])
+                changes += store.set_queue_rate("lim", rate, None if rate is None else 60_000)
+        return changes
+
+    with ThreadPoolExecutor(holders + 2) as pool:
+        renews = [pool.submit(renew, w) for w in range(holders)]
+        changers = [pool.submit(change, c) for c in range(2)]
+        time.sleep(seconds)
+        stop.set()
+        answers = [f.result() for f in renews]
+        changed = sum(f.result() for f in changers)
+    lost = [(leases[w].run_id, a.count(False), len(a)) for w, a in enumerate(answers)
+            if not all(a)]
+    assert lost == [], f"renews refused (run_id, refused, renews): {lost}"
+    assert changed > 20 and all(len(a) > 5 for a in answers), (changed, answers)

@@ -122,6 +122,79 @@ def test_lowering_the_limit_ends_no_lease(jobs: JobStoreUnderTest) -> None:
     assert _ids(s.lease_many("h", NOW + 10, TTL, 10)) == ["q4"]
 
 
+def test_no_lease_starts_while_a_lease_over_a_lowered_limit_lives(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Lowered from 3 to 1 with three leases live: the one in the place kept ends first,
+    and still no lease starts while the two over the new limit live (pgstore_0026 leased
+    q3 there: three live leases under a limit of 1)."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q0", "q1", "q2"]
+    assert s.set_queue_concurrency("q", 1) is True
+    assert s.mark_dispatched("q0", "h", None).recorded
+    assert s.lease("h", NOW + 10, TTL) is None
+    assert s.lease_many("h", NOW + 10, TTL, 10) == []
+    assert _queue(jobs, "q", NOW + 10).leased == 2
+    assert s.release("q1", "h", NOW + 50_000)
+    assert s.lease_many("h", NOW + 10, TTL, 10) == []  # q2 still runs
+    # q2 is cancelled: its lease still counts until it expires (NOW + TTL).
+    assert s.cancel("q2").value == "cancelled"
+    assert s.lease("h", NOW + TTL - 1, TTL) is None
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["q3"]
+    # A renew of q2's lease by a clock behind the leaser's finds its place gone and the
+    # queue full: it ends, never a second live lease.
+    assert s.renew("q2", "h", NOW + TTL - 1, TTL) is False
+    assert _queue(jobs, "q", NOW + TTL - 1).leased == 1
+    assert s.lease("h", NOW + TTL, TTL) is None
+
+
+def test_a_lowered_limit_leases_again_once_below_it_with_its_leases_over_it(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Lowered from 3 to 2 with three leases live: q2's place is retired. Once q0 and q1
+    end, the queue holds one live lease (q2's) and takes one more, not two; and a lane
+    that stood for q2's lease in that lease had its place cleared: a renew there from a
+    clock behind (its lease expired by the leaser's) finds its place gone and the queue
+    full, and ends."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["q0"]
+    assert _ids(s.lease_many("h", NOW, 500, 1)) == ["q1"]  # until NOW + 500
+    assert _ids(s.lease_many("h", NOW, 5 * TTL, 1)) == ["q2"]
+    assert s.set_queue_concurrency("q", 2) is True
+    assert s.mark_dispatched("q0", "h", None).recorded
+    assert s.lease("h", NOW + 10, TTL) is None  # q1 and q2 live: full
+    assert s.cancel("q1").value == "cancelled"  # its lease counts until NOW + 500
+    assert _ids(s.lease_many("h", NOW + 500, TTL, 10)) == ["q3"]
+    assert _queue(jobs, "q", NOW + 500).leased == 2
+    assert s.renew("q1", "h", NOW + 499, TTL) is False
+    assert s.lease_many("h", NOW + 500, TTL, 10) == []
+    assert s.mark_dispatched("q2", "h", None).recorded
+    assert _ids(s.lease_many("h", NOW + 500, TTL, 10)) == ["q4"]
+    assert s.lease("h", NOW + 500, TTL) is None  # q3 and q4
+
+
+def test_a_renew_without_a_place_waits_for_the_leases_over_a_lowered_limit(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """A lease from before the limit takes a free place at its renew, but not while a
+    lease over a lowered limit lives: the queue is at its limit."""
+    s = jobs.store
+    _due(jobs, "q", 5)
+    assert _ids(s.lease_many("h", NOW, TTL, 2)) == ["q0", "q1"]  # no limit yet
+    s.set_queue_concurrency("q", 3)
+    assert _ids(s.lease_many("h", NOW, TTL, 10)) == ["q2", "q3", "q4"]
+    assert s.set_queue_concurrency("q", 2) is True  # q4's place is retired
+    assert s.mark_dispatched("q2", "h", None).recorded
+    assert s.renew("q0", "h", NOW + 10, TTL) is False  # q3 and q4 live: full
+    assert s.mark_dispatched("q4", "h", None).recorded
+    assert s.renew_many(["q1"], "h", NOW + 10, TTL) == [True]  # q2's place
+    assert s.lease("h", NOW + 10, TTL) is None  # q1 and q3 hold both places
+
+
 def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None:
     s = jobs.store
     _due(jobs, "q", 8)
@@ -145,6 +218,29 @@ def test_rate_limit_counts_leases_in_any_window(jobs: JobStoreUnderTest) -> None
     assert _ids(s.lease_many("h", NOW + 2_600, TTL, 10)) == ["q6", "q7"]
     s.set_queue_rate("q", 1, 1_000)
     assert _queue(jobs, "q", NOW + 2_600).rate_used == 1
+
+
+def test_a_lowered_rate_limit_keeps_the_newest_leases_in_their_windows(
+    jobs: JobStoreUnderTest,
+) -> None:
+    """Raised from 2 to 3 and lowered back within one period: the uses kept are the
+    newest two, so the window from NOW + 900 holds no third lease. pgstore_0026 kept
+    the uses of places 1 and 2 (NOW, NOW + 900) and forgot place 3's (NOW + 960): q0
+    was leased again at NOW + 1000, three leases in [NOW + 900, NOW + 1900)."""
+    s = jobs.store
+    _due(jobs, "q", 6)
+    s.set_queue_rate("q", 2, 1_000)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["q0"]
+    assert _ids(s.lease_many("h", NOW + 900, TTL, 1)) == ["q1"]
+    s.set_queue_rate("q", 3, 1_000)
+    assert _ids(s.lease_many("h", NOW + 960, TTL, 5)) == ["q2"]
+    s.set_queue_rate("q", 2, 1_000)
+    assert _queue(jobs, "q", NOW + 960).rate_used == 2
+    assert s.lease("h", NOW + 1_000, TTL) is None
+    assert s.lease_many("h", NOW + 1_899, TTL, 5) == []
+    assert _ids(s.lease_many("h", NOW + 1_900, TTL, 5)) == ["q0"]  # q1's use is a period old
+    assert s.lease("h", NOW + 1_959, TTL) is None
+    assert _ids(s.lease_many("h", NOW + 1_960, TTL, 5)) == ["q1"]
 
 
 def test_a_rate_window_reaching_below_the_smallest_bigint(jobs: JobStoreUnderTest) -> None:
@@ -204,6 +300,37 @@ def test_a_job_failed_out_of_attempts_takes_no_place(jobs: JobStoreUnderTest) ->
     failed = s.get("a")
     assert failed is not None and failed.failed
     assert _ids(s.lease_many("h", NOW + TTL, TTL, 10)) == ["b"]
+
+
+def test_a_job_failed_out_of_attempts_leaves_a_batch_its_place(jobs: JobStoreUnderTest) -> None:
+    """A batch that fails a job of a limited queue leases the queue's next jobs in its
+    place, as the single leases that follow would: the failed job counts against the
+    batch's limit, never against the queue's. pgstore_0026 answered ["b"] (and
+    ["b", "z"] beside another queue): the failed job took one of the queue's two
+    candidates."""
+    s = jobs.store
+    s.schedule("a", 1, max_attempts=1, queue="q")
+    s.schedule("b", 2, queue="q")
+    s.schedule("c", 3, queue="q")
+    s.schedule("d", 4, queue="q")
+    s.schedule("e", 5, queue="q")
+    s.schedule("z", 50, queue="other")
+    s.set_queue_concurrency("q", 2)
+    assert _ids(s.lease_many("h", NOW, TTL, 1)) == ["a"]
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 10, queues=["q"])) == ["b", "c"]
+    failed = s.get("a")
+    assert failed is not None and failed.failed
+    # Again with a rate limit that binds, beside another queue: a, retried and leased
+    # again, uses one of two leases a period; its lease expires, and the batch that
+    # fails it takes d in its place (and z), then e must wait for the period.
+    assert s.retry("a", 1).value == "retried"
+    for run_id in ("b", "c"):
+        assert s.mark_dispatched(run_id, "h", None).recorded
+    s.set_queue_concurrency("q", None)
+    s.set_queue_rate("q", 2, 1_000_000)
+    assert _ids(s.lease_many("h", NOW + TTL, TTL, 1)) == ["a"]
+    assert _ids(s.lease_many("h", NOW + 2 * TTL, TTL, 10)) == ["d", "z"]
+    assert s.lease_many("h", NOW + 2 * TTL, TTL, 10) == []  # a and d used the rate
 
 
 @pytest.mark.parametrize(

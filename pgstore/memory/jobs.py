@@ -444,22 +444,40 @@ class MemoryJobStore:
     ) -> list[Job]:
         """job_lease_take (under the lock): up to ``limit`` leasable jobs in lease order,
         at most its cap of each limited queue's (a job failed out of attempts counts
-        against both, as its candidate does in SQL), written into the queues' rows."""
+        against ``limit``, as its candidate does in SQL, and in a round against the cap:
+        then another round, as SQL's), written into the queues' rows."""
         leasable = self._leasable(at, queues)
         reserved = self._limits.reserve({job.queue for job in leasable}, at, limit)
         caps = {queue: len(lanes) for queue, lanes in reserved.items()}
-        chosen: list[Job] = []
-        for job in leasable:
-            if len(chosen) == limit:
+        if all(caps.get(job.queue, 1) <= 0 for job in leasable):
+            return []  # every queue full: SQL's lease ends before queue_limits_fill
+        taken: list[Job] = []
+        left = limit
+        while True:
+            chosen: list[Job] = []
+            rounds = dict(caps)
+            for job in leasable:
+                if len(chosen) == left:
+                    break
+                if job.queue in rounds:
+                    if rounds[job.queue] <= 0:
+                        continue
+                    rounds[job.queue] -= 1
+                chosen.append(job)
+            failed: set[str] = set()
+            for job in chosen:
+                if leased := self._take(job, holder, until):
+                    taken.append(leased)
+                    if job.queue in caps:
+                        caps[job.queue] -= 1
+                else:
+                    failed.add(job.queue)
+            left -= len(chosen)
+            if left <= 0 or not any(caps.get(queue, 0) > 0 for queue in failed):
                 break
-            if job.queue in caps:
-                if caps[job.queue] <= 0:
-                    continue
-                caps[job.queue] -= 1
-            chosen.append(job)
-        taken = [leased for job in chosen if (leased := self._take(job, holder, until))]
+            leasable = self._leasable(at, queues)
         self._limits.take(taken, at, reserved)
-        return taken
+        return sorted(taken, key=_lease_order)
 
     def _take(self, job: Job, holder: str, until: int) -> Job | None:
         """Lease ``job`` (under the lock), numbered above its last lease and the fence; or,

@@ -8,7 +8,8 @@ once its ``taken_at`` is a period old. They lie in L lanes (L the smaller limit)
 holds the places i, i + L, ... of each kind. A lease takes the lowest usable lanes, one
 a job, and there the first free place of each kind; a renew extends the place its lease
 holds (or takes a free one, or the lease ends); a change of the limits lays the lanes out
-again. The caller, ``MemoryJobStore``, holds its lock around every call.
+again, and each retired place left (a busy one above a lowered limit) holds back one more
+lane from a lease. The caller, ``MemoryJobStore``, holds its lock around every call.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class QueueLimits:
     def __init__(self, jobs: Mapping[str, Job]) -> None:
         self._jobs = jobs
         self._queues: dict[str, _Queue] = {}
+        #: What the last ``reserve`` locked past each queue's cap, for ``take`` to clear.
+        self._extras: dict[str, Reserved] = {}
 
     # --- setters ------------------------------------------------------------------------
 
@@ -120,8 +123,9 @@ class QueueLimits:
 
     def _layout(self, q: _Queue) -> None:
         """SQL's ``queue_slots_layout``: each place up to the new limits keeps what it
-        held, in the new lanes; a concurrency place above a lowered limit whose lease may
-        live (no clock decides it) is retired."""
+        held, in the new lanes (of the rate places, the newest uses, moved below a lowered
+        limit); a concurrency place above a lowered limit whose lease may live (no clock
+        decides it) is retired."""
         old = q.lanes.items()
         n = sum(1 for slot in q.lanes if slot > 0)
         places: dict[int, _Place] = {}
@@ -135,6 +139,14 @@ class QueueLimits:
                 for k, stamp in enumerate(lane.stamps):
                     if stamp is not None:
                         stamps[k * n + slot] = stamp
+        if q.rate is not None:
+            # The newest q.rate uses (SQL's kept): those above the limit move into the
+            # free places below, in order.
+            kept = sorted(stamps.items(), key=lambda item: (-item[1], item[0]))[:q.rate]
+            stay = {g: t for g, t in kept if g <= q.rate}
+            movers = [t for g, t in sorted(kept) if g > q.rate]
+            holes = [g for g in range(1, q.rate + 1) if g not in stay]
+            stamps = stay | dict(zip(holes, movers, strict=False))
         q.lanes = {}
         limits = [x for x in (q.concurrency, q.rate) if x is not None]
         if not limits:
@@ -201,16 +213,19 @@ class QueueLimits:
     def reserve(self, queues: set[str], at: int, want: int) -> dict[str, Reserved]:
         """The lanes (and places in them) a lease of ``want`` jobs at ``at`` may fill in
         each limited queue of ``queues``, as queue_limits_reserve answers: the lowest
-        usable lanes, one a job; its length is the queue's cap. Unlimited queues are left
-        out."""
+        usable lanes, one a job and one more for each retired place left (kept for
+        ``take``, which clears their free place); its length is the queue's cap.
+        Unlimited queues are left out."""
+        self._extras = {}
         out: dict[str, Reserved] = {}
         for name in sorted(queues):
             q = self._queues.get(name)
             if q is None or (q.concurrency is None and q.rate is None):
                 continue
             got: Reserved = []
+            held = self._retired(q, at)
             for slot in sorted(s for s in q.lanes if s > 0):
-                if len(got) == want:
+                if len(got) == want + held:
                     break
                 lane = q.lanes[slot]
                 cpos = None if lane.places is None else self._free_place(lane, at)
@@ -222,13 +237,33 @@ class QueueLimits:
                     lane.stamps is None or rpos is not None
                 ):
                     got.append((slot, cpos, rpos))
-            out[name] = got
+            cap = max(len(got) - held, 0)
+            out[name] = got[:cap]
+            self._extras[name] = got[cap:]
         return out
+
+    def _retired(self, q: _Queue, at: int) -> int:
+        """SQL's ``queue_slots_sweep``, then how many retired places are left: the retired
+        places whose lease ended at ``at`` go; each one left (its lease may live) takes a
+        lane of a lease's, and while one is left no renew without a place takes one."""
+        for slot in [s for s in q.lanes if s < 0]:
+            places = q.lanes[slot].places
+            if places is not None and self._free(places[0], at):
+                del q.lanes[slot]
+        return sum(1 for s in q.lanes if s < 0)
 
     def take(self, leased: list[Job], at: int, reserved: dict[str, Reserved]) -> None:
         """Write the leases ``leased`` (of limited queues, within their caps) into the
         lanes ``reserved`` for them, as queue_limits_fill does: the i-th of a queue by
         run_id into its i-th lane."""
+        # The lanes that stand for retired places (SQL's lanes past the cap): the place
+        # each was found to have free is cleared.
+        for name, extras in self._extras.items():
+            for slot, cpos, _ in extras:
+                places = self._queues[name].lanes[slot].places
+                if cpos is not None and places is not None:
+                    places[cpos] = _Place()
+        self._extras = {}
         by_queue: dict[str, list[Job]] = {}
         for job in sorted(leased, key=lambda j: j.run_id):
             if job.queue in reserved:
@@ -257,6 +292,8 @@ class QueueLimits:
                     kept = True
         if kept:
             return True
+        if self._retired(q, at):
+            return False
         for slot in sorted(s for s in q.lanes if s > 0):
             lane = q.lanes[slot]
             if lane.places is None:

@@ -80,6 +80,7 @@ QUEUE_SET_CONCURRENCY = Function("queue_set_concurrency", ("text", "integer"))
 QUEUE_SET_RATE = Function("queue_set_rate", ("text", "integer", "bigint"))
 QUEUE_SLOT_FREE = Function("queue_slot_free", ("text", "bigint", "bigint", "bigint"))
 QUEUE_SLOTS_LAYOUT = Function("queue_slots_layout", ("text", "integer", "integer"))
+QUEUE_SLOTS_SWEEP = Function("queue_slots_sweep", ("text", "bigint"))
 RAISE_INVALID = Function("raise_invalid", ("text",))
 RAISE_NO_EPOCH = Function("raise_no_epoch", ())
 RAISE_STANDBY = Function("raise_standby", ())
@@ -165,6 +166,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(QUEUE_SET_RATE, security_definer=True, volatility="volatile"),
     Definition(QUEUE_SLOT_FREE, security_definer=False, volatility="stable"),
     Definition(QUEUE_SLOTS_LAYOUT, security_definer=False, volatility="volatile"),
+    Definition(QUEUE_SLOTS_SWEEP, security_definer=False, volatility="volatile"),
     Definition(RAISE_INVALID, security_definer=False, volatility="volatile"),
     Definition(RAISE_NO_EPOCH, security_definer=False, volatility="volatile"),
     Definition(RAISE_STANDBY, security_definer=False, volatility="volatile"),

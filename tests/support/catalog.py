@@ -99,7 +99,7 @@ INLINED_HELPERS = frozenset(
      "job_lease_due", "job_lease_take", "job_lease_default", "queue_limit_max", "queue_slot_free",
      "check_queue_limit", "queue_limits_reserve", "queue_limits_fill", "queue_limits_keep",
      "queue_limits_caps", "queue_limits_wants", "queue_lane_free", "queue_lane_usable",
-     "queue_slots_layout"}
+     "queue_slots_layout", "queue_slots_sweep"}
 )
 
 #: The helpers with a SET clause (a helper runs as its caller, on the caller's pinned
