@@ -33,10 +33,10 @@ CREATE TABLE job_history (
     upto          bigint NOT NULL,
     finished      bigint NOT NULL CHECK (finished >= 0),
     dispatched    bigint NOT NULL CHECK (dispatched >= 0),
-    recalled      bigint NOT NULL DEFAULT 0 CHECK (recalled >= 0),
-    failed        bigint NOT NULL DEFAULT 0 CHECK (failed >= 0),
     next_upto     bigint,
-    next_snapshot pg_snapshot
+    next_snapshot pg_snapshot,
+    recalled      bigint NOT NULL DEFAULT 0 CHECK (recalled >= 0),
+    failed        bigint NOT NULL DEFAULT 0 CHECK (failed >= 0)
 );
 
 INSERT INTO job_history (upto, finished, dispatched) VALUES (-9223372036854775808, 0, 0);
@@ -214,15 +214,19 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_generic_plan
+SET max_parallel_workers_per_gather = 0
 AS $$
 -- Runs as its caller, store_stats (as the store's owner, on its pinned
 -- search_path), within the caller's statement and snapshot. Planned once a
 -- session (plan_cache_mode = force_generic_plan): planning this statement cost
--- several times what running it costs, at every call. In that generic plan
+-- several times what running it costs, at every call. Never in parallel: the
+-- planner guesses the waiting jobs from the whole table's statistics (tens of
+-- thousands in a long history, where a few wait), and on PostgreSQL 18 a
+-- parallel count's workers cost some ms to start, more than the count. In that generic plan
 -- job_history.upto is unknown (a subquery): the finished jobs' range has an
 -- upper end, always true, so that the planner guesses a narrow range (0.5% of
 -- the table, not the third an open range gets) and walks the index, not the
--- history. (Until pgstore_0027 the statement was store_stats' own, given an
+-- history. (Until pgstore_0028 the statement was store_stats' own, given an
 -- earlier reading of upto as a known value and planned anew at each call, until
 -- plpgsql turned to a generic plan for good, as it does when a session's first
 -- plans cost as much: when they counted a history that job_history had not yet

@@ -106,9 +106,11 @@ INLINED_HELPERS = frozenset(
 #: The helpers with a SET clause (a helper runs as its caller, on the caller's pinned
 #: path): job_lease_due, plpgsql, whose LIMIT 1 probes are planned once per session, and
 #: job_lease_default, plpgsql, job_lease_many's walk of the default group, likewise, and
-#: store_stats_read, plpgsql, store_stats' statement, whose planning cost several runs.
+#: store_stats_read, plpgsql, store_stats' statement, whose planning cost several runs
+#: (and never in parallel: its workers cost more than the count).
 HELPER_CONFIG: dict[str, list[str]] = {
     "job_lease_due": ["plan_cache_mode=force_generic_plan"],
     "job_lease_default": ["plan_cache_mode=force_generic_plan"],
-    "store_stats_read": ["plan_cache_mode=force_generic_plan"]}
+    "store_stats_read": ["plan_cache_mode=force_generic_plan",
+                         "max_parallel_workers_per_gather=0"]}
 
