@@ -840,6 +840,7 @@ SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_cancelled boolean;
+    v_finished  bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
@@ -853,7 +854,10 @@ BEGIN
 
     -- Under READ COMMITTED a concurrent job_cancel either committed before
     -- this UPDATE took the row lock (the re-checked row then says cancelled)
-    -- or waits for it and then sees the job dispatched.
+    -- or waits for it and then sees the job dispatched. A job already
+    -- recalled (dispatched and cancelled) is left to the UPDATE below, so a
+    -- cancelled job answered here was recalled by this very call, and only
+    -- then is store_stats' history told (job_history_move), once.
     UPDATE jobs j
        SET dispatched = true,
            worker_id = p_worker_id,
@@ -861,9 +865,26 @@ BEGIN
      WHERE j.run_id = p_run_id
        AND j.lease_holder = p_holder
        AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
-    RETURNING j.cancelled INTO v_cancelled;
+       AND NOT (j.dispatched AND j.cancelled)
+    RETURNING j.cancelled, j.finished_at INTO v_cancelled, v_finished;
     IF FOUND THEN
+        IF v_cancelled THEN  -- a recall: the cancel's finished_at is kept
+            PERFORM job_history_move(ARRAY[v_finished], ARRAY['cancelled'], ARRAY['recalled']);
+        END IF;
         RETURN QUERY SELECT v_cancelled, true;
+        RETURN;
+    END IF;
+
+    -- The mark repeated by the holder of a recalled job: the worker recorded
+    -- again, as for any job; the recall was counted by the first mark.
+    UPDATE jobs j
+       SET worker_id = p_worker_id
+     WHERE j.run_id = p_run_id
+       AND j.lease_holder = p_holder
+       AND (p_lease_sequence IS NULL OR j.lease_sequence = p_lease_sequence)
+       AND j.dispatched AND j.cancelled;
+    IF FOUND THEN
+        RETURN QUERY SELECT true, true;
         RETURN;
     END IF;
 
@@ -960,7 +981,7 @@ BEGIN
        AND NOT j.dispatched
     RETURNING o.finished_at INTO v_finished;
     IF FOUND THEN
-        PERFORM job_history_forget(ARRAY[v_finished], ARRAY[false]);
+        PERFORM job_history_move(ARRAY[v_finished], ARRAY['failed'], NULL);
         PERFORM pg_notify(job_channel(), v_at::text);
         RETURN 'retried';
     ELSIF EXISTS (SELECT FROM jobs j WHERE j.run_id = p_run_id) THEN
@@ -985,13 +1006,16 @@ AS $$
 DECLARE
     v_dispatched boolean;
     v_cancelled  boolean;
+    v_failed     boolean;
+    v_finished   bigint;
 BEGIN
     PERFORM check_primary();
     PERFORM check_name('run_id', p_run_id);
 
     -- The row lock orders this call against a concurrent job_mark_dispatched:
     -- it waits for that commit and then reads the dispatched row.
-    SELECT j.dispatched, j.cancelled INTO v_dispatched, v_cancelled
+    SELECT j.dispatched, j.cancelled, j.failed, j.finished_at
+      INTO v_dispatched, v_cancelled, v_failed, v_finished
       FROM jobs j
      WHERE j.run_id = p_run_id
        FOR UPDATE;
@@ -1004,6 +1028,9 @@ BEGIN
            SET cancelled = true,
                finished_at = coalesce(finished_at, now_ms())
          WHERE run_id = p_run_id;
+        IF v_failed THEN  -- a failed job, finished already, now counts as cancelled
+            PERFORM job_history_move(ARRAY[v_finished], ARRAY['failed'], ARRAY['cancelled']);
+        END IF;
     END IF;
     RETURN 'cancelled';
 END
@@ -1158,7 +1185,7 @@ DECLARE
     v_now        bigint;
     v_deleted    bigint;
     v_finished   bigint[];
-    v_dispatched boolean[];
+    v_kinds      text[];
 BEGIN
     PERFORM check_primary();
     PERFORM check_present('before', p_before);
@@ -1191,16 +1218,19 @@ BEGIN
                     LIMIT p_limit
                       FOR UPDATE SKIP LOCKED)
         RETURNING j.lease_sequence, j.finished_at,
-                  j.dispatched AND NOT j.cancelled AS dispatched_only),
+                  CASE WHEN j.dispatched AND j.cancelled THEN 'recalled'
+                       WHEN j.dispatched THEN 'dispatched'
+                       WHEN j.cancelled THEN 'cancelled'
+                       ELSE 'failed' END AS kind),
     fenced AS (
         UPDATE job_fences f
            SET lease_sequence = g.top
           FROM (SELECT max(d.lease_sequence) AS top FROM gone d) g
          WHERE g.top > f.lease_sequence)
-    SELECT count(*), array_agg(g.finished_at), array_agg(g.dispatched_only)
-      INTO v_deleted, v_finished, v_dispatched
+    SELECT count(*), array_agg(g.finished_at), array_agg(g.kind)
+      INTO v_deleted, v_finished, v_kinds
       FROM gone g;
-    PERFORM job_history_forget(v_finished, v_dispatched);  -- store_stats' counts
+    PERFORM job_history_move(v_finished, v_kinds, NULL);  -- store_stats' counts
     RETURN v_deleted;
 END
 $$;

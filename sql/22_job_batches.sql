@@ -340,6 +340,8 @@ DECLARE
     v_ids        text[];      -- the jobs the UPDATE recorded
     v_flags      boolean[];   -- and their cancelled flags
     v_marked     jsonb;       -- run_id -> cancelled, when some job was not recorded
+    v_finished   bigint[];    -- the finished_at of the jobs this call recalled
+    v_again      text[];      -- recalled jobs marked again by their holder
 BEGIN
     PERFORM check_primary();
     -- Well-formed input costs one pass over the arrays, with no sort: every
@@ -387,6 +389,10 @@ BEGIN
     -- without a fence (no array, or a NULL element) compares lease_sequence,
     -- which is NOT NULL, with itself.
     --
+    -- A job already recalled (dispatched and cancelled) is left out, as
+    -- job_mark_dispatched leaves it: a cancelled job answered here was recalled
+    -- by this very call.
+    --
     -- The clock is read once, by the first row the statement writes (an
     -- InitPlan, not now_ms()'s numeric arithmetic for every job): that row's
     -- write then takes the transaction's id, so, as with a clock read for
@@ -401,6 +407,7 @@ BEGIN
          WHERE j.run_id = ANY (p_run_ids)
            AND j.lease_holder = p_holder
            AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint, j.lease_sequence)
+           AND NOT (j.dispatched AND j.cancelled)
         RETURNING j.run_id, j.cancelled)
     SELECT array_agg(m.run_id), array_agg(m.cancelled)
       INTO v_ids, v_flags  -- NULL when nothing was recorded
@@ -417,6 +424,36 @@ BEGIN
         END IF;
     ELSE
         PERFORM check_run_ids(p_run_ids);  -- a repeated run_id raises here
+    END IF;
+
+    -- The jobs this call recalled (cancelled before their mark): store_stats'
+    -- history is told, once, with each cancel's finished_at (kept by the mark).
+    IF array_position(v_flags, true) IS NOT NULL THEN
+        SELECT array_agg(j.finished_at) INTO v_finished
+          FROM unnest(v_ids, v_flags) AS u(run_id, cancelled)
+          JOIN jobs j ON j.run_id = u.run_id
+         WHERE u.cancelled;
+        PERFORM job_history_move(v_finished,
+                                 array_fill('cancelled'::text, ARRAY[cardinality(v_finished)]),
+                                 array_fill('recalled'::text, ARRAY[cardinality(v_finished)]));
+    END IF;
+
+    -- A recalled job marked again by its holder: the worker recorded again, as
+    -- job_mark_dispatched does (the UPDATE above left it out).
+    IF cardinality(v_ids) IS DISTINCT FROM cardinality(p_run_ids) THEN
+        WITH again AS (
+            UPDATE jobs j
+               SET worker_id = v_worker_ids ->> j.run_id
+             WHERE j.run_id = ANY (p_run_ids)
+               AND j.lease_holder = p_holder
+               AND j.lease_sequence = coalesce((v_fences ->> j.run_id)::bigint,
+                                               j.lease_sequence)
+               AND j.dispatched AND j.cancelled
+               AND NOT (j.run_id = ANY (coalesce(v_ids, '{}')))
+            RETURNING j.run_id)
+        SELECT array_agg(a.run_id) INTO v_again FROM again a;
+        v_ids := v_ids || v_again;
+        v_flags := v_flags || array_fill(true, ARRAY[coalesce(cardinality(v_again), 0)]);
     END IF;
 
     -- Otherwise a recorded job answers the flag its UPDATE returned. The others

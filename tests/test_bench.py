@@ -134,20 +134,28 @@ def test_quick_bench_of_our_own_sections(pgstore_database: str, tmp_path: Path) 
 
 
 def test_quick_bench_of_the_stats_section(pgstore_database: str, tmp_path: Path) -> None:
-    doc = _bench(pgstore_database, tmp_path, "--only", "stats", "--no-chart")
+    """With --stats-base-sql (here sql/ itself) the section times a third pair of tables,
+    "base", and the write path's ratios to it."""
+    base = Path(__file__).resolve().parent.parent / "sql"
+    doc = _bench(pgstore_database, tmp_path, "--only", "stats", "--no-chart",
+                 "--stats-base-sql", str(base))
     assert doc["errors"] == {}
     stats = doc["results"]["stats"]
     assert (stats["small_rows"], stats["big_rows"]) == (200, 5_000)  # --quick sizes
     assert sorted(stats["store_stats_us"]) == [
-        "after_big", "after_small", "before_big", "before_small"]
+        "after_big", "after_small", "base_big", "base_small", "before_big", "before_small"]
     for name, st in [*stats["store_stats_us"].items(), *stats["writes_us"].items()]:
         assert _positive(st["median"]) and st["n"] == 3, name  # --quick repeats
-    for side in ("before", "after"):
+    for side in ("before", "base", "after"):
         assert _positive(stats["growth"][side]["median"])
     assert _positive(stats["write_ratio"]["lease_mark"]["median"])
+    assert stats["base_sql"] == str(base)
+    for op in ("store_stats_big", "lease_mark", "cancel"):
+        assert _positive(stats["base_ratio"][op]["median"]), op
     text = (tmp_path / "results.md").read_text()
     assert "store_stats() with 200 vs 5,000 finished jobs" in text
     assert "The write path at 200 finished jobs, pgstore_0013 against head" in text
+    assert "The write path at 200 finished jobs, base against head" in text
 
 
 NODE_PEERS = ("graphile-worker", "pg-boss")

@@ -109,6 +109,7 @@ def filled(pgstore_fresh_database: Callable[[], str]) -> Iterator[tuple[str, str
 
 #: What every downgrade from head to pgstore_0006 or below names first.
 ABOVE_0006 = [
+    "pgstore_0028: columns job_history.failed, job_history.recalled;",
     "pgstore_0026: columns queue_slots.lease_sequences, queue_slots.lease_untils,"
     " queue_slots.run_ids, queue_slots.taken_ats;",
     "pgstore_0024: columns queues.concurrency_limit, queues.rate_limit,"
@@ -138,7 +139,8 @@ ABOVE_0006 = [
         # relative to the current revision, as alembic counts: down to pgstore_0001
         (f"-{int(pgstore.HEAD_REVISION.rsplit('_', 1)[1]) - 1}",
          [*ABOVE_0006, "pgstore_0002: table jobs (2 rows);"]),
-        # What each of 0024, 0019, 0018, 0016, 0015, 0014, 0011, 0010, 0009 and 0007 added.
+        # What each of 0028, 0026, 0024, 0019, 0018, 0016, 0015, 0014, 0011, 0010, 0009 and
+        # 0007 added.
         ("pgstore_0006", ABOVE_0006),
     ],
 )

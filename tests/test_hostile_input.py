@@ -297,7 +297,7 @@ def signatures(db: Database) -> dict[str, list[tuple[str, str]]]:
          WHERE n.nspname = %s AND p.proname NOT LIKE 'check\\_%%'
            AND p.proname NOT IN ('raise_invalid', 'raise_standby', 'token_floor', 'batch_max',
                                  'token_floor_at', 'raise_no_epoch', 'fence_after_restore',
-                                 'job_history_advance', 'job_history_forget',
+                                 'job_history_advance', 'job_history_move', 'store_stats_read',
                                  'schedule_due_at',
                                  'job_lease_groups', 'job_lease_due',
                                  'job_lease_take', 'job_lease_default', 'queue_limit_max',

@@ -4,6 +4,7 @@ and a host app's alembic history can carry pgstore's as a branch."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -969,6 +970,68 @@ def test_upgrade_to_lanes_carries_every_limit_place_and_downgrade_back(
         assert back == expected, after_rows
     migrate(dsn, "mig25_upgraded", "pgstore_0026")
     assert current_revision(dsn, "mig25_upgraded") == "pgstore_0026"
+
+
+def test_upgrade_to_stats_counts_counts_the_recalled_and_failed_and_downgrade_back(
+    pgstore_fresh_database: Callable[[], str],
+) -> None:
+    """0027 -> 0028 over a history job_history has partly counted: the upgrade counts the
+    recalled and failed jobs below its upto from the rows, store_stats() answers the same,
+    a move of a counted job goes through job_history, and the downgrade restores 0027's
+    catalog (the index back) and counts."""
+    dsn = pgstore_fresh_database()
+    migrate(dsn, "mig28_upgraded", "pgstore_0027")
+    migrate(dsn, "mig28_reference", "pgstore_0027")
+    history = "jobs_dispatched, jobs_recalled, jobs_cancelled, jobs_failed"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig28_upgraded")
+        conn.execute("SET pgstore.stats_lag_ms = 0")
+        # 2,000 old finishes (20 recalled, 20 failed), and a cancelled job whose holder
+        # has yet to mark it (a recall to come).
+        conn.execute(
+            "INSERT INTO jobs (run_id, dispatch_at, dispatched, cancelled, failed, finished_at)"
+            " SELECT 'h-' || i, i, i % 10 <> 3 AND i % 100 <> 7, i % 10 = 3 OR i % 100 = 1,"
+            " i % 100 = 7, i FROM generate_series(1, 2000) i")
+        conn.execute("INSERT INTO jobs (run_id, dispatch_at, lease_holder, lease_until,"
+                     " lease_sequence, attempts, cancelled, finished_at)"
+                     " VALUES ('late', 0, 'h', 9000000000000000, 1, 1, true, 3000)")
+        for _ in range(100):  # until job_history counted them
+            conn.execute("SELECT FROM store_stats()")
+            upto = conn.execute("SELECT upto FROM job_history").fetchone()
+            if upto is not None and upto[0] > 3000:
+                break
+            time.sleep(0.1)
+        assert upto is not None and upto[0] > 3000
+        # and some finishes job_history has not counted yet
+        conn.execute(
+            "INSERT INTO jobs (run_id, dispatch_at, dispatched, cancelled, failed, finished_at)"
+            " SELECT 'n-' || i, i, i % 2 = 0, i % 3 = 0, i % 2 = 1 AND i % 3 <> 0,"
+            " now_ms() + 60000 FROM generate_series(1, 12) i")
+        before = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert before == (1786, 22, 203, 24)
+
+    migrate(dsn, "mig28_upgraded", "pgstore_0028")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET search_path = mig28_upgraded")
+        assert conn.execute("SELECT finished, dispatched, recalled, failed FROM job_history"
+                            ).fetchone() == (2001, 1760, 20, 20)
+        assert conn.execute(f"SELECT {history} FROM store_stats()").fetchone() == before
+        assert conn.execute("SELECT * FROM job_mark_dispatched('late', 'h', 'w')").fetchone(
+            ) == (True, True)
+        assert conn.execute("SELECT recalled FROM job_history").fetchone() == (21,)
+        after = conn.execute(f"SELECT {history} FROM store_stats()").fetchone()
+        assert after == (1787, 23, 202, 24)
+
+    downgrade(dsn, "mig28_upgraded", "pgstore_0027")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert catalog(conn, "mig28_upgraded") == catalog(conn, "mig28_reference")
+        assert conn.execute(f"SELECT {history} FROM mig28_upgraded.store_stats()").fetchone(
+            ) == after
+    migrate(dsn, "mig28_upgraded", "pgstore_0028")
+    assert current_revision(dsn, "mig28_upgraded") == "pgstore_0028"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT recalled, failed FROM mig28_upgraded.job_history"
+                            ).fetchone() == (21, 20)
 
 
 def test_alembic_command_line_chooses_the_schema(pgstore_fresh_database: Callable[[], str]) -> None:

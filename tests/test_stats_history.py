@@ -30,7 +30,8 @@ def db(pgstore_database: str, pgstore_schema: str) -> Iterator[psycopg.Connectio
         conn.execute("SET pgstore.stats_lag_ms = 0")  # advance at every call, not every 10 s
         conn.execute("TRUNCATE jobs")
         conn.execute("UPDATE job_history SET upto = -9223372036854775808, finished = 0,"
-                     " dispatched = 0, next_upto = NULL, next_snapshot = NULL")
+                     " dispatched = 0, recalled = 0, failed = 0, next_upto = NULL,"
+                     " next_snapshot = NULL")
         yield conn
 
 
@@ -258,3 +259,205 @@ def test_read_only_and_repeatable_read_callers_read_exact_counts_and_write_nothi
             assert _stats(conn) == _scanned(conn) == (3, 0, 0, 0)
             conn.execute("COMMIT")
             assert db.execute("SELECT * FROM job_history").fetchone() == kept
+
+
+def _counted(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    """job_history's own counts: (finished, dispatched, recalled, failed)."""
+    row = conn.execute("SELECT finished, dispatched, recalled, failed FROM job_history").fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _counted_by_scan(conn: psycopg.Connection[Any]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """job_history's counts and, in the same snapshot, the jobs below its upto by kind."""
+    row = conn.execute(
+        "SELECT h.finished, h.dispatched, h.recalled, h.failed, s.*"
+        "  FROM job_history h,"
+        "       LATERAL (SELECT count(*),"
+        "                       count(*) FILTER (WHERE dispatched AND NOT cancelled),"
+        "                       count(*) FILTER (WHERE dispatched AND cancelled),"
+        "                       count(*) FILTER (WHERE failed AND NOT cancelled"
+        "                                          AND NOT dispatched)"
+        "                  FROM jobs WHERE finished_at < h.upto) AS s").fetchone()
+    assert row is not None
+    return tuple(row[:4]), tuple(row[4:])
+
+
+def test_moves_of_jobs_already_counted_go_through_job_history(
+    db: psycopg.Connection[Any],
+) -> None:
+    """Every rare move of a job job_history already counted changes job_history's own
+    counts, exactly: a recall by job_mark_dispatched and by job_mark_dispatched_many
+    (their repeats move nothing), the cancel of a failed job, a retry and a purge."""
+    kinds = {"r1": 2, "r2": 2, "r3": 2, "f1": 1, "f2": 1, "f3": 1, "d1": 2, "c1": 2}
+    for run_id, attempts in kinds.items():
+        db.execute("SELECT job_schedule(%s, 0, %s)", (run_id, attempts))
+    leased = db.execute("SELECT run_id FROM job_lease_many('h', NULL, 1500, 10)").fetchall()
+    assert sorted(r for (r,) in leased) == sorted(kinds)
+    db.execute("SELECT * FROM job_mark_dispatched('d1', 'h', 'bot')")
+    for run_id in ("c1", "r1", "r2", "r3"):
+        db.execute("SELECT job_cancel(%s)", (run_id,))
+    for run_id in ("f1", "f2", "f3"):
+        assert db.execute("SELECT job_release(%s, 'h', 0)", (run_id,)).fetchone() == (True,)
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None
+    _caught_up(db, newest[0])
+    assert _counted(db) == (8, 1, 0, 3)  # r1, r2, r3 and c1 counted as cancelled
+    assert _stats(db) == _scanned(db) == (1, 0, 4, 3)
+
+    steps: list[tuple[str, tuple[int, ...]]] = [
+        ("SELECT * FROM job_mark_dispatched('r1', 'h', 'bot')", (8, 1, 1, 3)),
+        ("SELECT * FROM job_mark_dispatched('r1', 'h', 'bot2')", (8, 1, 1, 3)),
+        ("SELECT * FROM job_mark_dispatched_many(ARRAY['r2', 'd1', 'r3'], 'h',"
+         " ARRAY['b', 'b', 'b'])", (8, 1, 3, 3)),
+        ("SELECT * FROM job_mark_dispatched_many(ARRAY['r3', 'r2'], 'h', ARRAY['c', 'c'])",
+         (8, 1, 3, 3)),
+        ("SELECT job_cancel('f1')", (8, 1, 3, 2)),
+        ("SELECT job_cancel('f1')", (8, 1, 3, 2)),
+        ("SELECT job_retry('f2', 2000000000000000)", (7, 1, 3, 1)),
+    ]
+    for call, counted in steps:
+        db.execute(call)
+        assert _counted(db) == counted, call
+        assert _stats(db) == _scanned(db), call
+    assert _stats(db) == (4, 3, 2, 1)  # r1-r3 recalled, c1 and f1 cancelled, f3 failed
+    assert db.execute("SELECT worker_id FROM jobs WHERE run_id = 'r1'").fetchone() == ("bot2",)
+    ends = db.execute("SELECT max(lease_until) FROM jobs").fetchone()
+    assert ends is not None
+    while _now_ms(db) <= ends[0]:  # the leases end: job_purge keeps a live lease's job
+        time.sleep(0.05)
+    assert db.execute("SELECT job_purge(%s, 100)", (2**62,)).fetchone() == (7,)
+    assert _counted(db) == (0, 0, 0, 0)
+    assert _stats(db) == _scanned(db) == (0, 0, 0, 0)
+
+
+def _now_ms(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT now_ms()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize(("job", "move"), [
+    ("recalled", "SELECT * FROM job_mark_dispatched('late', 'h', 'bot')"),
+    ("recalled", "SELECT * FROM job_mark_dispatched_many(ARRAY['late'], 'h', ARRAY['bot'])"),
+    ("failed", "SELECT job_cancel('late')"),
+])
+def test_a_move_held_open_blocks_no_reader_and_counts_once(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str, job: str,
+    move: str,
+) -> None:
+    """A recall (or the cancel of a failed job) of a job already counted, held open while
+    readers advance job_history past newer finishes: the readers never wait and stay
+    exact, and the move counts once, when it commits."""
+    db.execute("SELECT job_schedule('late', 0, 1)")
+    db.execute("SELECT run_id FROM job_lease('h', NULL, 600000)")
+    if job == "recalled":
+        db.execute("SELECT job_cancel('late')")
+        before, after = (0, 0, 1, 0), (1, 1, 0, 0)
+    else:
+        db.execute("SELECT job_release('late', 'h', 0)")
+        before, after = (0, 0, 0, 1), (0, 0, 1, 0)
+    first = db.execute("SELECT finished_at FROM jobs").fetchone()
+    assert first is not None
+    _caught_up(db, first[0])
+    assert _stats(db) == _scanned(db) == before
+    with psycopg.connect(pgstore_database) as held:
+        held.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(pgstore_schema)))
+        held.execute(move)  # not committed: it holds job_history's row
+        db.execute("SELECT job_schedule('other', 0)")
+        db.execute("SELECT run_id FROM job_lease('h', NULL, 600000)")
+        db.execute("SELECT * FROM job_mark_dispatched('other', 'h', 'bot')")
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            assert _stats(db) == _scanned(db) == tuple(
+                a + b for a, b in zip(before, (1, 0, 0, 0), strict=True))
+            assert time.monotonic() - started < 0.5  # never waits for the held move
+            time.sleep(0.1)
+        held.commit()
+    expect = tuple(a + b for a, b in zip(after, (1, 0, 0, 0), strict=True))
+    assert _stats(db) == _scanned(db) == expect
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None
+    _caught_up(db, newest[0])
+    assert _stats(db) == _scanned(db) == expect
+    counted, scanned = _counted_by_scan(db)
+    assert counted == scanned and counted[0] == 2
+
+
+def test_concurrent_moves_of_counted_jobs_race_the_advances_exactly(
+    db: psycopg.Connection[Any], pgstore_database: str, pgstore_schema: str
+) -> None:
+    """Four connections recall cancelled jobs (singly and in batches), cancel and retry
+    failed ones and purge, while those jobs are being counted into job_history by a
+    reader advancing it at every call: at every reading job_history holds exactly the
+    jobs below its upto, by kind, and store_stats agrees with a scan."""
+    n = 480
+    ids = [f"m{i:04d}" for i in range(n)]
+    for start in range(0, n, 60):  # finishes spread over a few advances
+        chunk = ids[start:start + 60]
+        db.execute("SELECT job_schedule_many(%s, %s)", (chunk, [0] * len(chunk)))
+        db.execute("UPDATE jobs SET max_attempts = 1 WHERE run_id = ANY (%s)"
+                   " AND right(run_id, 1) IN ('0', '5')", (chunk,))
+        db.execute("SELECT run_id FROM job_lease_many('h', NULL, 600000, 60)")
+        for run_id in chunk:
+            if run_id[-1] in "05":
+                db.execute("SELECT job_release(%s, 'h', 0)", (run_id,))  # failed
+            else:
+                db.execute("SELECT job_cancel(%s)", (run_id,))
+        _stats(db)
+        time.sleep(0.15)
+    errors: list[BaseException] = []
+
+    def writer(part: int) -> None:
+        rng = random.Random(part)
+        mine = ids[part::4]
+        try:
+            with psycopg.connect(pgstore_database, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET search_path = {}").format(
+                    sql.Identifier(pgstore_schema)))
+                batch: list[str] = []
+                for run_id in mine:
+                    if run_id[-1] in "05":
+                        conn.execute("SELECT job_cancel(%s)" if rng.random() < 0.5
+                                     else "SELECT job_retry(%s, 0)", (run_id,))
+                    elif rng.random() < 0.5:
+                        conn.execute("SELECT * FROM job_mark_dispatched(%s, 'h', 'b')",
+                                     (run_id,))
+                    else:
+                        batch.append(run_id)
+                    if len(batch) == 5:
+                        conn.execute("SELECT * FROM job_mark_dispatched_many(%s, 'h', %s)",
+                                     (batch, ["b"] * 5))
+                        batch = []
+                    if rng.random() < 0.02:
+                        conn.execute("SELECT job_purge(now_ms(), 3)")
+                if batch:
+                    conn.execute("SELECT * FROM job_mark_dispatched_many(%s, 'h', %s)",
+                                 (batch, ["b"] * len(batch)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(part,)) for part in range(4)]
+    for t in threads:
+        t.start()
+    readings = 0
+    try:
+        while any(t.is_alive() for t in threads):
+            _stats(db)  # advances job_history
+            counted, scanned = _counted_by_scan(db)  # one snapshot
+            assert counted == scanned
+            readings += 1
+    finally:
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert readings > 0
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None and newest[0] is not None
+    _caught_up(db, newest[0])
+    assert _stats(db) == _scanned(db)
+    counted, scanned = _counted_by_scan(db)
+    assert counted == scanned
+    recalled = db.execute("SELECT count(*) FROM jobs WHERE dispatched AND cancelled").fetchone()
+    assert recalled is not None and recalled[0] > 0

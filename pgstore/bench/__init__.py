@@ -27,7 +27,8 @@ under ``.pgdata/bench``), inside that database, in schemas named
     processes per system: time to drain, jobs/s, lateness, ``burst.png``;
 11. ``stats``: ``store_stats()`` at 1,000 and ``--stats-rows`` finished jobs, at
     ``pgstore_0013`` (which scans the history) and at head, and what head costs
-    a lease with its mark and a cancel against ``pgstore_0013``;
+    a lease with its mark and a cancel against ``pgstore_0013``
+    (``--stats-base-sql DIR``: the same on schemas loaded from another ``sql/``);
 12. ``queue-floor``: one process drains ``--floor-jobs`` jobs in batches of 500
     through a minimal hand-written queue (text and bigint keys) and through
     pgstore's SQL paths: server CPU (the backend's ``/proc`` stats), client CPU
@@ -170,6 +171,9 @@ def parser() -> argparse.ArgumentParser:
                    help="finished jobs of history in the retention section (default 1000000)")
     p.add_argument("--stats-rows", type=_positive,
                    help="finished jobs of history in the stats section (default 1000000)")
+    p.add_argument("--stats-base-sql", type=Path, metavar="SQL_DIR",
+                   help="stats: also measure store_stats() and the write path on tables"
+                        " loaded from this sql/ directory (base), beside head")
     p.add_argument("--burst-jobs", type=_positive, help="jobs due at once (default 100000)")
     p.add_argument("--burst-workers", type=_positive,
                    help="worker processes per system in the burst (default 8)")
@@ -224,7 +228,8 @@ def settings(args: argparse.Namespace, dsn: str, origin: str) -> Settings:
                  "stats_rows", "burst_jobs", "burst_workers", "burst_repeats", "burst_systems",
                  "floor_jobs", "floor_single_jobs", "floor_repeats", "floor_base_sql",
                  "scale_base_sql", "floor_variants",
-                 "limits_jobs", "limits_single_jobs", "limits_repeats", "limits_base_sql"):
+                 "limits_jobs", "limits_single_jobs", "limits_repeats", "limits_base_sql",
+                 "stats_base_sql"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

@@ -85,6 +85,8 @@ class Settings:
     limits_repeats: int = 3
     #: Another sql/ directory: the limits section also drains on a schema loaded from it.
     limits_base_sql: Path | None = None
+    #: The stats section also measures tables loaded from this sql/ directory ("base").
+    stats_base_sql: Path | None = None
     chart: bool = True
     quick: bool = False
     origin: str = "PGSTORE_DSN"

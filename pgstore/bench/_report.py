@@ -319,9 +319,12 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         from pgstore.bench._stats import BEFORE
 
         st, small, big = stats["store_stats_us"], stats["small_rows"], stats["big_rows"]
+        sides = [("before", BEFORE), ("after", "head")]
+        if "base_small" in st:
+            sides.insert(1, ("base", "base (" + str(stats.get("base_sql")) + ")"))
         rows = [[f"store_stats() at {revision}", _us(st[f"{side}_small"]),
                  _us(st[f"{side}_big"]), _x(stats["growth"][side])]
-                for side, revision in (("before", BEFORE), ("after", "head"))]
+                for side, revision in sides]
         out.append((f"store_stats() with {small:,} vs {big:,} finished jobs",
                     ["revision", f"at {small:,}", f"at {big:,}", "ratio"], rows))
         wr = stats["writes_us"]
@@ -337,6 +340,19 @@ def tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                                        ("cancel", "job_cancel of a waiting job"))]
         out.append((f"The write path at {small:,} finished jobs, {BEFORE} against head",
                     ["call", BEFORE, "head", "ratio"], rows))
+        if "lease_mark_base" in wr:
+            rows = [[label, _us(wr[f"{op}_base"]), _us(wr[f"{op}_after"]),
+                     _x(stats["base_ratio"][op])]
+                    for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
+                                      ("cancel", "job_cancel of a waiting job"))]
+            base_cpu = stats.get("base_cpu_ratio")
+            if cpu and base_cpu:
+                rows += [[f"{label}: server CPU", _us(cpu[f"{op}_base"]),
+                          _us(cpu[f"{op}_after"]), _x(base_cpu[op])]
+                         for op, label in (("lease_mark", "job_lease + job_mark_dispatched"),
+                                           ("cancel", "job_cancel of a waiting job"))]
+            out.append((f"The write path at {small:,} finished jobs, base against head",
+                        ["call", "base", "head", "ratio"], rows))
     floor = results.get("queue-floor")
     if floor:
         out.append(_floor_table(floor))

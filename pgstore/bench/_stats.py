@@ -7,15 +7,18 @@ cancelled, 0.1% failed: the states a history holds) and due jobs waiting:
 
 * ``before_*``: schemas migrated to ``pgstore_0013``, whose ``store_stats()``
   scans the history;
-* ``after_*``: schemas at head, whose ``store_stats()`` reads ``job_history``,
-  the jobs finished since its ``upto`` and the recalled and failed jobs' indexes.
-  Before timing, ``store_stats()`` is called until ``job_history`` has moved
-  past the history, as it does within seconds in a running store.
+* ``after_*``: schemas at head, whose ``store_stats()`` reads ``job_history``
+  and the jobs finished since its ``upto``. Before timing, ``store_stats()`` is
+  called until ``job_history`` has moved past the history, as it does within
+  seconds in a running store;
+* ``base_*`` (with ``--stats-base-sql DIR``): schemas loaded from another
+  ``sql/`` directory (say main's, before a change), treated as head is, so a
+  change is timed side by side with the code it replaces.
 
 Timed, in rounds interleaving the tables (one untimed round first):
 
 * ``store_stats(NULL)``, ``calls // 10`` calls a round per table;
-* the write path at the small history, ``pgstore_0013`` against head: a lease and
+* the write path at the small history, ``pgstore_0013`` (and base) against head: a lease and
   its mark (``job_lease`` then ``job_mark_dispatched``, timed together), and a
   ``job_cancel`` of a waiting job, ``calls`` of each a round: the client's wall
   time, and the server backend's CPU time (``/proc/<pid>/schedstat``, when the
@@ -59,14 +62,16 @@ def backend_cpu_ns(conn: Conn) -> int | None:
 
 
 class Table:
-    """One job table in its own schema (``revision``: head or ``BEFORE``)."""
+    """One job table in its own schema (``revision``: head, ``BEFORE``, or "base":
+    loaded from ``sql_dir``)."""
 
-    def __init__(self, cfg: Settings, part: str, revision: str) -> None:
+    def __init__(self, cfg: Settings, part: str, revision: str,
+                 sql_dir: Path | None = None) -> None:
         self.schema = schema_name(part)
         self.s = ident(self.schema)
         self.revision = revision
-        if revision == "head":
-            fresh_store_schema(cfg.dsn, self.schema)
+        if revision in ("head", "base"):
+            fresh_store_schema(cfg.dsn, self.schema, sql_dir if revision == "base" else None)
         else:
             with connect(cfg.dsn) as conn:
                 drop_schema(conn, self.schema)
@@ -94,8 +99,8 @@ class Table:
         settle(self.conn, f"{s}.jobs")
 
     def caught_up(self, timeout: float = 60.0) -> None:
-        """Call store_stats() until job_history has moved past the history (head only)."""
-        if self.revision != "head":
+        """Call store_stats() until job_history has moved past the history (head and base)."""
+        if self.revision not in ("head", "base"):
             return
         deadline = time.monotonic() + timeout
         stats = f"SELECT FROM {self.s}.store_stats()".encode()
@@ -162,10 +167,14 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
     n = cfg.calls
     rounds = cfg.repeats + 1  # one untimed round first
     tables: dict[str, Table] = {}
+    sides = ("before", "after") if cfg.stats_base_sql is None else ("before", "base", "after")
+    revisions = {"before": BEFORE, "base": "base", "after": "head"}
     try:
-        for name, revision in (("before_small", BEFORE), ("before_big", BEFORE),
-                               ("after_small", "head"), ("after_big", "head")):
-            tables[name] = Table(cfg, f"stats_{name}", revision)
+        for side in sides:
+            for size in ("small", "big"):
+                name = f"{side}_{size}"
+                tables[name] = Table(cfg, f"stats_{name}", revisions[side],
+                                     cfg.stats_base_sql if side == "base" else None)
         cfg.log(f"  stats: filling {small:,} and {history:,} finished jobs, at {BEFORE} "
                 "and at head (generate_series)...")
         for name, table in tables.items():
@@ -176,14 +185,14 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
 
         stats: dict[str, list[float]] = {name: [] for name in tables}
         writes: dict[str, list[float]] = {f"{op}_{side}": [] for op in ("lease_mark", "cancel")
-                                          for side in ("before", "after")}
+                                          for side in sides}
         cpu: dict[str, list[float]] = {name: [] for name in writes}
         for rep in range(rounds):
             for name, table in tables.items():
                 took = table.stats_us(n_stats)
                 if rep:
                     stats[name].append(took)
-            for side in ("before", "after"):
+            for side in sides:
                 table = tables[f"{side}_small"]
                 lease_mark = table.lease_mark_us(n)
                 lease_mark_cpu = table.cpu_us
@@ -204,7 +213,7 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
             "store_stats_us": {name: summarize(v) for name, v in stats.items()},
             "growth": {side: summarize([b / a for a, b in zip(
                 stats[f"{side}_small"], stats[f"{side}_big"], strict=True)])
-                for side in ("before", "after")},
+                for side in sides},
             "writes_us": {name: summarize(v) for name, v in writes.items()},
             "write_ratio": {op: summarize([a / b for b, a in zip(
                 writes[f"{op}_before"], writes[f"{op}_after"], strict=True)])
@@ -215,6 +224,17 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
                 cpu[f"{op}_before"], cpu[f"{op}_after"], strict=True)])
                 for op in ("lease_mark", "cancel")} if all(cpu.values()) else None,
         }
+        if cfg.stats_base_sql is not None:
+            result["base_sql"] = str(cfg.stats_base_sql)
+            result["base_ratio"] = {
+                "store_stats_big": summarize([a / b for b, a in zip(
+                    stats["base_big"], stats["after_big"], strict=True)]),
+                **{op: summarize([a / b for b, a in zip(
+                    writes[f"{op}_base"], writes[f"{op}_after"], strict=True)])
+                   for op in ("lease_mark", "cancel")}}
+            result["base_cpu_ratio"] = {op: summarize([a / b for b, a in zip(
+                cpu[f"{op}_base"], cpu[f"{op}_after"], strict=True)])
+                for op in ("lease_mark", "cancel")} if all(cpu.values()) else None
         s = result["store_stats_us"]
         cfg.log(f"  stats: store_stats at {small:,} / {history:,} finished jobs: "
                 f"{BEFORE} {s['before_small']['median']:.0f} / {s['before_big']['median']:.0f} µs,"
@@ -226,6 +246,13 @@ def run_stats(cfg: Settings) -> dict[str, Any]:
         if c is not None:
             cfg.log(f"  stats: head / {BEFORE}, server CPU: lease+mark "
                     f"{c['lease_mark']['median']:.3f}x, cancel {c['cancel']['median']:.3f}x")
+        if cfg.stats_base_sql is not None:
+            cfg.log(f"  stats: store_stats at base {s['base_small']['median']:.0f} / "
+                    f"{s['base_big']['median']:.0f} µs")
+            c = result["base_cpu_ratio"]
+            if c is not None:
+                cfg.log(f"  stats: head / base, server CPU: lease+mark "
+                        f"{c['lease_mark']['median']:.3f}x, cancel {c['cancel']['median']:.3f}x")
         return result
     finally:
         for table in tables.values():

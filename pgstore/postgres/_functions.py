@@ -32,7 +32,7 @@ JOB_CANCEL = Function("job_cancel", ("text",))
 JOB_CHANNEL = Function("job_channel", ())
 JOB_GET = Function("job_get", ("text",))
 JOB_HISTORY_ADVANCE = Function("job_history_advance", ())
-JOB_HISTORY_FORGET = Function("job_history_forget", ("bigint[]", "boolean[]"))
+JOB_HISTORY_MOVE = Function("job_history_move", ("bigint[]", "text[]", "text[]"))
 JOB_LEASE = Function("job_lease", ("text", "bigint", "bigint", "text[]"))
 JOB_LEASE_DEFAULT = Function("job_lease_default", ("text", "bigint", "bigint", "integer"))
 JOB_LEASE_DUE = Function("job_lease_due", ("bigint", "text[]"))
@@ -104,6 +104,7 @@ SCHEDULE_RESUME = Function("schedule_resume", ("text", "bigint"))
 SCHEDULE_TRIGGER = Function("schedule_trigger", ("text", "bigint"))
 SCHEMA_REVISION = Function("schema_revision", ())
 STORE_STATS = Function("store_stats", ("bigint",))
+STORE_STATS_READ = Function("store_stats_read", ("bigint",))
 TOKEN_FLOOR = Function("token_floor", ())
 TOKEN_FLOOR_AT = Function("token_floor_at", ("bigint",))
 
@@ -130,7 +131,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(JOB_CHANNEL, security_definer=True, volatility="stable"),
     Definition(JOB_GET, security_definer=True, volatility="stable"),
     Definition(JOB_HISTORY_ADVANCE, security_definer=False, volatility="volatile"),
-    Definition(JOB_HISTORY_FORGET, security_definer=False, volatility="volatile"),
+    Definition(JOB_HISTORY_MOVE, security_definer=False, volatility="volatile"),
     Definition(JOB_LEASE, security_definer=True, volatility="volatile"),
     Definition(JOB_LEASE_DEFAULT, security_definer=False, volatility="volatile"),
     Definition(JOB_LEASE_DUE, security_definer=False, volatility="stable"),
@@ -184,6 +185,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     Definition(SCHEDULE_TRIGGER, security_definer=True, volatility="volatile"),
     Definition(SCHEMA_REVISION, security_definer=True, volatility="immutable"),
     Definition(STORE_STATS, security_definer=True, volatility="volatile"),
+    Definition(STORE_STATS_READ, security_definer=False, volatility="stable"),
     Definition(TOKEN_FLOOR, security_definer=True, volatility="volatile"),
     Definition(TOKEN_FLOOR_AT, security_definer=False, volatility="volatile"),
 )

@@ -85,7 +85,8 @@ def without_marks(found: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tup
 #: reads store_settings, and only for a p_now that is given) and check_lease (plpgsql: it
 #: reads store_settings on every call that sets a lease end), and the batch calls' checks
 #: (batch_max, and the plpgsql check_run_ids, check_same_length, check_lease_sequences),
-#: and store_stats' job_history_advance and job_history_forget (plpgsql: they write job_history),
+#: and store_stats' job_history_advance and job_history_move (plpgsql: they write job_history)
+#: and store_stats_read (plpgsql: its one statement, planned once per session),
 #: schedule_due_at (immutable SQL: the expression of the generated schedules.due_at),
 #: and the queues' check_payload, check_queues and the lease's job_lease_groups,
 #: job_lease_due, job_lease_take and job_lease_default (plpgsql and sql: job_lease and
@@ -95,7 +96,7 @@ INLINED_HELPERS = frozenset(
      "check_one_of", "check_length", "check_now", "check_lease", "check_sequence",
      "check_primary", "raise_standby", "token_floor_at", "raise_no_epoch", "batch_max",
      "check_run_ids", "check_same_length", "check_lease_sequences", "job_history_advance",
-     "job_history_forget", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
+     "job_history_move", "store_stats_read", "schedule_due_at", "check_payload", "check_queues", "job_lease_groups",
      "job_lease_due", "job_lease_take", "job_lease_default", "queue_limit_max", "queue_slot_free",
      "check_queue_limit", "queue_limits_reserve", "queue_limits_fill", "queue_limits_keep",
      "queue_limits_caps", "queue_limits_wants", "queue_lane_free", "queue_lane_usable",
@@ -104,8 +105,12 @@ INLINED_HELPERS = frozenset(
 
 #: The helpers with a SET clause (a helper runs as its caller, on the caller's pinned
 #: path): job_lease_due, plpgsql, whose LIMIT 1 probes are planned once per session, and
-#: job_lease_default, plpgsql, job_lease_many's walk of the default group, likewise.
+#: job_lease_default, plpgsql, job_lease_many's walk of the default group, likewise, and
+#: store_stats_read, plpgsql, store_stats' statement, whose planning cost several runs
+#: (and never in parallel: its workers cost more than the count).
 HELPER_CONFIG: dict[str, list[str]] = {
     "job_lease_due": ["plan_cache_mode=force_generic_plan"],
-    "job_lease_default": ["plan_cache_mode=force_generic_plan"]}
+    "job_lease_default": ["plan_cache_mode=force_generic_plan"],
+    "store_stats_read": ["plan_cache_mode=force_generic_plan",
+                         "max_parallel_workers_per_gather=0"]}
 
