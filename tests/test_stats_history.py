@@ -461,3 +461,43 @@ def test_concurrent_moves_of_counted_jobs_race_the_advances_exactly(
     assert counted == scanned
     recalled = db.execute("SELECT count(*) FROM jobs WHERE dispatched AND cancelled").fetchone()
     assert recalled is not None and recalled[0] > 0
+
+
+#: The repair docs/migrations.md gives for a move job_history missed (a recall that ran
+#: the old function body across the upgrade to pgstore_0028): count again from the rows.
+RECOUNT = ("UPDATE job_history SET upto = -9223372036854775808, finished = 0, dispatched = 0,"
+           " recalled = 0, failed = 0, next_upto = NULL, next_snapshot = NULL")
+
+
+def test_a_missed_move_stops_the_purge_until_the_history_is_counted_again(
+    db: psycopg.Connection[Any],
+) -> None:
+    """A recall that moved no count (as old code finishing across the upgrade would)
+    leaves job_history one recall short: purging the recalled jobs then fails on its
+    check, and changes nothing, rather than count below zero. The documented repair
+    counts the history again from the rows, exactly, and the purge goes on."""
+    for run_id in ("r1", "r2", "d1"):
+        db.execute("SELECT job_schedule(%s, 0)", (run_id,))
+    db.execute("SELECT run_id FROM job_lease_many('h', NULL, 1000, 10)").fetchall()
+    for run_id in ("r1", "r2"):
+        db.execute("SELECT job_cancel(%s)", (run_id,))
+    db.execute("SELECT * FROM job_mark_dispatched_many(ARRAY['r1', 'r2', 'd1'], 'h',"
+               " ARRAY['b', 'b', 'b'])")
+    newest = db.execute("SELECT max(finished_at) FROM jobs").fetchone()
+    assert newest is not None
+    _caught_up(db, newest[0])
+    assert _stats(db) == _scanned(db) == (3, 2, 0, 0)
+    db.execute("UPDATE job_history SET recalled = recalled - 1")  # the missed move
+    assert _stats(db) != _scanned(db)
+    ends = db.execute("SELECT max(lease_until) FROM jobs").fetchone()
+    assert ends is not None
+    while _now_ms(db) <= ends[0]:  # the leases end: job_purge keeps a live lease's job
+        time.sleep(0.05)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute("SELECT job_purge(%s, 100)", (2**62,))
+    assert _scanned(db) == (3, 2, 0, 0)  # nothing purged
+    db.execute(RECOUNT)
+    _caught_up(db, newest[0])
+    assert _stats(db) == _scanned(db) == (3, 2, 0, 0)
+    assert db.execute("SELECT job_purge(%s, 100)", (2**62,)).fetchone() == (3,)
+    assert _stats(db) == _scanned(db) == (0, 0, 0, 0)
