@@ -20,8 +20,9 @@ What the trial asserts, from the ledger of the handlers and the last primary:
   listener LISTENs there);
 * no (task, fencing token) ran twice; every token a run got after a failover is
   above every token any run got before that failover began, for each task;
-* with pg_auto_failover's synchronous default, nothing acknowledged was lost and no
-  job was dispatched twice;
+* with pg_auto_failover's synchronous default, nothing acknowledged was lost, and a
+  job dispatched twice (the kill between its dispatch and its mark's commit) had its
+  first bot recalled;
 * with ``replication-quorum false`` on both nodes (asynchronous) and the primary's
   WAL sender stopped (SIGSTOP) for a while before the kill, acknowledged jobs are
   lost, and still no token runs twice or goes backwards, and a job dispatched twice
@@ -79,6 +80,7 @@ class Outcome:
     tokens_not_above: int
     duplicate_dispatches: int
     duplicates_without_higher_sequence: int
+    duplicates_not_recalled: int  # a job dispatched again whose earlier bot stayed
     jobs_lost: int
     producer_errors: int
     failover_seconds: list[float]
@@ -178,6 +180,7 @@ def run_trial(af: Formation, mode: str) -> Outcome:
     for _, run_id, seq in ledger.dispatches:
         by_job[run_id].append(seq)
     duplicates = [seqs for seqs in by_job.values() if len(seqs) > 1]
+    recalled = {(run_id, seq) for _, run_id, seq in ledger.recalls}
     survived = {r for (r,) in _rows(last, f"SELECT run_id FROM {SCHEMA}.jobs")}
     outcome = Outcome(
         mode=mode,
@@ -190,6 +193,9 @@ def run_trial(af: Formation, mode: str) -> Outcome:
         duplicate_dispatches=len(duplicates),
         duplicates_without_higher_sequence=sum(
             1 for seqs in duplicates if 0 in seqs or any(b <= a for a, b in pairwise(seqs))),
+        duplicates_not_recalled=sum(
+            1 for run_id, seqs in by_job.items() if len(seqs) > 1
+            and any((run_id, seq) not in recalled for seq in sorted(seqs)[:-1])),
         jobs_lost=sum(1 for _, run_id in ledger.scheduled if run_id not in survived),
         producer_errors=sum(ledger.producer_errors.values()),
         failover_seconds=failover_seconds,
@@ -211,13 +217,18 @@ def af() -> Iterator[Formation]:
 def test_runtimes_survive_two_failovers_under_synchronous_replication(
     af: Formation, salt: int
 ) -> None:
-    """pg_auto_failover's default with two nodes: nothing acknowledged is lost."""
+    """pg_auto_failover's default with two nodes: nothing acknowledged is lost. A job
+    may still be dispatched twice: the kill can land between its dispatch and its mark's
+    commit, and its lease (1 s) ends long before the promotion, so it is leased again on
+    the new primary. Then its first bot is recalled (the mark, retried there, is refused
+    to the older lease), and only one stays."""
     outcome = run_trial(af, "synchronous")
     assert_survived(outcome)
     assert all(names.startswith("ANY 1 (") for names in outcome.synchronous_standby_names), \
         outcome.line()
     assert outcome.jobs_lost == 0, f"an acknowledged job was lost: {outcome.line()}"
-    assert outcome.duplicate_dispatches == 0, f"a job was dispatched twice: {outcome.line()}"
+    assert outcome.duplicates_not_recalled == 0, \
+        f"a job dispatched twice kept its first bot: {outcome.line()}"
 
 
 @pytest.mark.parametrize("salt", range(TRIALS))

@@ -79,6 +79,7 @@ class Ledger:
     phase: str = "before"
     runs: list[tuple[str, str, int]] = field(default_factory=list)  # phase, task, token
     dispatches: list[tuple[str, str, int]] = field(default_factory=list)  # phase, run_id, seq
+    recalls: list[tuple[str, str, int]] = field(default_factory=list)  # phase, run_id, seq
     scheduled: list[tuple[str, str]] = field(default_factory=list)  # phase, run_id
     producer_errors: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -91,6 +92,10 @@ class Ledger:
         with self.lock:
             self.dispatches.append((self.phase, job.run_id, job.lease_sequence))
         return f"bot-{job.run_id}"
+
+    def recall(self, job: Job, worker_id: str | None) -> None:
+        with self.lock:
+            self.recalls.append((self.phase, job.run_id, job.lease_sequence))
 
     def tokens(self, phase: str) -> dict[str, list[int]]:
         found: dict[str, list[int]] = defaultdict(list)
@@ -143,7 +148,7 @@ class Runtimes:
                                    poll_interval=0.05, grace_period=5.0)
         for task, period in TASKS.items():
             self.scheduler.every(task, period, ledger.run)
-        self.dispatcher = Dispatcher(self.jobs, ledger.dispatch, holder="disp",
+        self.dispatcher = Dispatcher(self.jobs, ledger.dispatch, ledger.recall, holder="disp",
                                      ttl_ms=LEASE_MS, concurrency=4,
                                      poll_interval=DISPATCH_POLL_SECONDS, grace_period=5.0)
         self.error: BaseException | None = None
