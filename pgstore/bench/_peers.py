@@ -21,9 +21,9 @@ the same run, in their own schemas, installed by their own code:
   on an ``AsyncPgJobStore`` over the worker's one connection (its default
   ``batch_size``, 500, ``concurrency`` 1000, as in the burst), whose leases, marks and
   renews carry up to ``batch_size`` jobs a call; a job is recorded by its provider
-  call (no event subscriber) and the worker is done when its Dispatcher is idle and
-  the database holds no job left (asked only after a lease call found nothing, as the
-  other loops stop on empty dequeues: ``empty_leases_store``);
+  call (no event subscriber) and the worker is done when its Dispatcher is idle after
+  ``EMPTY_RETRIES`` lease calls in a row found nothing, as pgqueuer's loop stops after
+  as many empty dequeues (``empty_leases_store``);
 * procrastinate: its own ``fetch_job`` and ``finish_job`` queries
   (``procrastinate_fetch_job_v2`` / ``procrastinate_finish_job_v1``), from
   its ``queries.sql``, on its ``schema.sql``;
@@ -194,18 +194,17 @@ def _loop_pgstore_sql(conn: Conn, schema: str, me: str) -> Callable[[], tuple[li
 
 def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
                         wait_for_go: Callable[[], None]) -> tuple[list[Any], int]:
-    """One Dispatcher (the default ``batch_size``) on one connection, until the database
-    holds no job left to dispatch; the run ids it dispatched, and when it was done (its
-    last mark committed). Before ``wait_for_go`` (which reports the worker ready and waits
-    for the go signal) it imports, connects (``kwargs``: the session's options), builds
-    its store and Dispatcher and makes a first round trip, as every other worker does
-    before it reports ready; its Dispatcher starts at the signal. The store, and the
-    check for jobs left, share that one connection (the store's calls take turns on it),
-    as every other system's worker runs on one. The jobs are recorded by the provider
-    call, as every peer's loop records its own, with no event subscriber (which would have
-    the Dispatcher build four events a job): that each job was dispatched once is checked
-    in the database after the drain. The check for jobs left runs only while the
-    Dispatcher is idle after a lease call that found nothing (``empty_leases_store``).
+    """One Dispatcher (the default ``batch_size``) on one connection, until it is idle
+    after ``EMPTY_RETRIES`` lease calls in a row found nothing; the run ids it
+    dispatched, and when it was done (its first idle moment after its last run). Before
+    ``wait_for_go`` (which reports the worker ready and waits for the go signal) it
+    imports, connects (``kwargs``: the session's options), builds its store and
+    Dispatcher and makes a first round trip, as every other worker does before it
+    reports ready; its Dispatcher starts at the signal. The jobs are recorded by the
+    provider call, as every peer's loop records its own, with no event subscriber (which
+    would have the Dispatcher build four events a job): that each job was dispatched
+    once is checked in the database after the drain. It stops as pgqueuer's loop does
+    (``empty_leases_store``), with no query of its own.
     """
     from pgstore.models import Job
     from pgstore.runtime.dispatcher import Dispatcher
@@ -216,9 +215,6 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
         got.append(job.run_id)
         return me
 
-    left = (f"SELECT EXISTS (SELECT FROM {ident(schema)}.jobs"
-            f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
-
     async def main() -> int:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
         try:
@@ -228,19 +224,17 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
             await (await conn.execute(b"SELECT 1")).fetchall()
             await asyncio.to_thread(wait_for_go)
             runner = asyncio.ensure_future(d.run(handle_signals=False))
-            checked = 0
+            idle_since = 0
             try:
                 while True:
                     await asyncio.sleep(0.002)
-                    if d.running or store.empty == checked:
+                    if d.running or not store.empty:
+                        idle_since = 0
                         continue
-                    checked = store.empty
-                    # Idle, and a lease found nothing: is any job left? (Through the
-                    # pending index, as a lease looks.)
-                    done = time.monotonic_ns()
-                    row = await (await conn.execute(left)).fetchone()
-                    if row is not None and not row[0] and d.running == 0:
-                        return done
+                    if not idle_since:
+                        idle_since = time.monotonic_ns()
+                    if store.empty >= EMPTY_RETRIES:
+                        return idle_since
             finally:
                 d.stop()
                 await runner
@@ -253,14 +247,15 @@ def _loop_pgstore_batch(dsn: str, schema: str, me: str, kwargs: dict[str, Any],
 
 
 def empty_leases_store() -> Any:
-    """``AsyncPgJobStore`` counting the lease calls that found nothing (``empty``).
-    pgstore_batch's loop asks the database whether any job is left only after one, as
-    pgqueuer's and graphile-worker's loops stop after empty dequeues. It asked at every
-    idle moment of its Dispatcher before: at W = 1 that was 1.1 checks a 1,000 jobs,
-    each on the store's one connection (its pipeline drained for it) and a scan over
-    the pending index's dead entries, 6-7% of the backend's execution time; asking only
-    after an empty lease gave 1.25-1.78x the W = 1 rate in 4 loaded pairs
-    (docs/performance.md, what bounds W = 1)."""
+    """``AsyncPgJobStore`` counting the lease calls in a row that found nothing
+    (``empty``; a call that leased a job sets it back to 0). pgstore_batch's loop stops
+    once its Dispatcher is idle after ``EMPTY_RETRIES`` of them (its poll interval, 2 ms,
+    apart), as pgqueuer's loop stops after as many empty dequeues 2 ms apart and
+    graphile-worker's ``runOnce`` after its first. It asked the database whether any job
+    was left instead, after each empty lease: a statement that no index of the table
+    could answer (its predicate is not the pending indexes'), so a sequential scan of
+    20 ms or more a call over 300,000 jobs, 51 calls in a drain at W = 8
+    (docs/performance.md, the check for jobs left)."""
     from pgstore.models import Job
     from pgstore.postgres.jobs import AsyncPgJobStore
 
@@ -270,15 +265,13 @@ def empty_leases_store() -> Any:
         async def lease(self, holder: str, now: int | None, ttl_ms: int,
                         queues: Sequence[str] | None = None) -> Job | None:
             job = await super().lease(holder, now, ttl_ms, queues)
-            if job is None:
-                self.empty += 1
+            self.empty = self.empty + 1 if job is None else 0
             return job
 
         async def lease_many(self, holder: str, now: int | None, ttl_ms: int, limit: int,
                              queues: Sequence[str] | None = None) -> list[Job]:
             jobs = await super().lease_many(holder, now, ttl_ms, limit, queues)
-            if not jobs:
-                self.empty += 1
+            self.empty = 0 if jobs else self.empty + 1
             return jobs
 
     return EmptyLeases
