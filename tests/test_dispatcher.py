@@ -265,11 +265,20 @@ def test_a_renew_overtaken_by_its_own_mark_is_no_lost_lease(
     slow to come back: the keeper's renews meanwhile are refused (the lease holds no
     place and the queue is full). That is the lease ending by its own mark, not a stale
     holder: no ``Refused``, no ``LeaseLost`` (whose alert says the work may run twice),
-    no recall; the mark's answer is the report. On both of the Dispatcher's paths: its
-    runs (``pgstore.runtime.run``) and, while a tracer provider records, its traced
-    tasks."""
+    no recall; the mark's answer is the report. Without spans and with them (a tracer
+    that records: each run in its span's context, the span closed with the outcome)."""
+    exporter = None
     if path == "traced":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        exporter, sdk = InMemorySpanExporter(), TracerProvider()
+        sdk.add_span_processor(SimpleSpanProcessor(exporter))
         monkeypatch.setattr(tracing, "recording", lambda: True)
+        monkeypatch.setattr(tracing, "_tracer", sdk.get_tracer("test"))
 
     class SlowAnswers(MemoryJobStore):
         def _taken_elsewhere(self, marked: Any) -> Any:
@@ -310,6 +319,9 @@ def test_a_renew_overtaken_by_its_own_mark_is_no_lost_lease(
     assert provider.recalled == []
     taken = store.get("next")
     assert taken is not None and taken.lease_holder == "d2"
+    if exporter is not None:
+        assert [(s.attributes or {}).get("pgstore.outcome")
+                for s in exporter.get_finished_spans()] == ["completed"]
 
 
 def test_async_dispatch_and_recall() -> None:

@@ -147,6 +147,52 @@ def test_each_dispatch_is_a_span_with_its_lease_sequence_and_outcome(
     assert got["ok", 1][2] >= 4_000 and got["cancel", 1][2] >= 3_000
 
 
+def test_what_dispatch_and_recall_open_are_children_of_the_dispatch_span(
+    pgstore_database: str, pgstore_schema: str, spans: Callable[[str], list[ReadableSpan]]
+) -> None:
+    """A run's tasks run in its span's context: the provider call's spans (a plain
+    function, in the thread pool) and the recall's (``async def``, in the task that
+    settles a mark answered cancelled) are children of the job's ``pgstore.dispatch``."""
+    store = PgJobStore(pgstore_database, schema=pgstore_schema)
+    other = PgJobStore(pgstore_database, schema=pgstore_schema)
+    tracer = trace.get_tracer("provider")
+    store.schedule("stays", store.now_ms() - 2_000)
+    store.schedule("leaves", store.now_ms() - 1_000)
+
+    def dispatch(job: Job) -> str:
+        with tracer.start_as_current_span("provider.send"):
+            if job.run_id == "leaves":
+                other.cancel("leaves")
+            return "bot-" + job.run_id
+
+    async def recall(job: Job, worker_id: str | None) -> None:
+        with tracer.start_as_current_span("provider.recall"):
+            await asyncio.sleep(0)
+
+    d = Dispatcher(store, dispatch, recall, holder="d1", poll_interval=0.02, listen=False)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(d.run(handle_signals=False))
+        await until("two dispatches", lambda: len(spans("pgstore.dispatch")) >= 2)
+        d.stop()
+        await task
+
+    asyncio.run(main())
+    store.close()
+    other.close()
+    runs = {str((s.attributes or {})["pgstore.run_id"]): s for s in spans("pgstore.dispatch")}
+    assert {k: (v.attributes or {})["pgstore.outcome"] for k, v in runs.items()} == {
+        "stays": "completed", "leaves": "cancelled"}
+
+    def parent(child: ReadableSpan) -> str:
+        assert child.parent is not None
+        (of,) = [k for k, v in runs.items() if v.context.span_id == child.parent.span_id]
+        return of
+
+    assert sorted(parent(s) for s in spans("provider.send")) == ["leaves", "stays"]
+    assert [parent(s) for s in spans("provider.recall")] == ["leaves"]
+
+
 def test_without_opentelemetry_nothing_is_imported_and_the_runtime_runs() -> None:
     """A process where ``import opentelemetry`` fails, as when the extra is not installed."""
     script = textwrap.dedent("""

@@ -89,12 +89,11 @@ from typing import Any
 
 from pgstore import _validate as v
 from pgstore.errors import InvalidArgument
-from pgstore.models import Job
 from pgstore.protocols import AsyncJobStore, JobStore
 from pgstore.runtime import tracing
 from pgstore.runtime.base import Clock, Runtime, default_owner, positive_seconds
 from pgstore.runtime.dispatch import DispatchFn, ProviderCall
-from pgstore.runtime.events import Dispatch, Subscriber
+from pgstore.runtime.events import Subscriber
 from pgstore.runtime.keep import LeaseKeepers, Renewals
 from pgstore.runtime.lease import Leaser
 from pgstore.runtime.mark import Marker, RecallFn
@@ -251,57 +250,17 @@ class Dispatcher(Runtime):
             read = [leased_at(job) for job in jobs]
             now = await self.now() if None in read else 0  # a store with no lease end
             times = [now if t is None else t for t in read]
-        if tracing.recording():  # once for the call: a task a job, around its span
-            return [self._traced_run(job, t, keepers)
-                    for job, t in zip(jobs, times, strict=True)]
         parts, loop = self._parts, asyncio.get_running_loop()
-        return [JobRun(parts, job, t, keepers, loop) for job, t in zip(jobs, times, strict=True)]
+        runs = [JobRun(parts, job, t, keepers, loop) for job, t in zip(jobs, times, strict=True)]
+        if tracing.recording():  # once for the call: a span a run
+            for run in runs:
+                run.trace()
+        return runs
 
     def _start(self, pieces: list[Any]) -> None:
-        """Start the runs ``_claim`` made (``pgstore.runtime.run``: each ends itself), or
-        the tasks of traced ones."""
-        if not pieces or not isinstance(pieces[0], JobRun):
-            super()._start(pieces)
-            return
+        """Start the runs ``_claim`` made (``pgstore.runtime.run``: each ends itself)."""
         running = self._running
         direct = asyncio.get_running_loop().get_task_factory() is None
         for run in pieces:
             running.add(run)
             run.start(direct)
-
-    async def _traced_run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> None:
-        """``_run`` inside a span ``pgstore.dispatch`` (``pgstore.runtime.tracing``)."""
-        with tracing.span("pgstore.dispatch", {
-            "pgstore.owner": self.holder, "pgstore.run_id": job.run_id,
-            "pgstore.lease_sequence": job.lease_sequence,
-            "pgstore.dispatch_at": job.dispatch_at,
-            "pgstore.lateness_ms": leased_at - job.dispatch_at,
-        }) as span:
-            tracing.finish(span, await self._run(job, leased_at, keepers))
-
-    async def _run(self, job: Job, leased_at: int, keepers: LeaseKeepers) -> str:
-        """Dispatch, mark, and recall when needed, in one task (the traced runs; the
-        others go through ``pgstore.runtime.run``, step for step the same); what happened
-        (``Complete``'s outcome, or ``released``). The job's lease is kept from here until
-        the mark's answer."""
-        if self.events_active:
-            self.emit(Dispatch(runtime="dispatcher", owner=self.owner,
-                               subject=job.run_id, token=job.lease_sequence,
-                               dispatch_at=job.dispatch_at, now=leased_at,
-                               lateness_ms=leased_at - job.dispatch_at))
-        keepers.watch(job)
-        try:
-            try:
-                result = await self._provider(job)
-            except Exception as exc:
-                keepers.done(job)
-                await self._releaser.retry_later(job, exc)
-                return "released"
-            worker_id = None if result is None else str(result)
-            keepers.ending(job)
-            answer = await self._marker.record(job, worker_id)
-        finally:
-            keepers.done(job)
-        if self._marker.completed(job, worker_id, answer):  # the common case, no await
-            return "completed"
-        return await self._marker.settle(job, worker_id, answer)

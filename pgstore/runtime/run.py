@@ -21,9 +21,11 @@ ends the run cancelled; a run waiting for its mark's answer ends cancelled at on
 its mark is left out of the batch if it was not sent yet (one sent may still commit,
 as a single call would).
 
-Spans (``pgstore.runtime.tracing``) need a task around the whole run: while an
-application records them, the Dispatcher runs each job as one task instead
-(``Dispatcher._traced_run``), through the same parts.
+While an application records spans (``pgstore.runtime.tracing``), a run opens its span
+``pgstore.dispatch`` (``trace``) before its dispatch and closes it with the run's outcome
+(``Complete``'s, or ``released``) at its end; its tasks run in the span's context, so
+what ``dispatch`` and ``recall`` open are children of it. The runs are the same with or
+without spans: one path, one set of steps.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pgstore.runtime.events import Dispatch
 from pgstore.runtime.keep import LeaseKeepers
 from pgstore.runtime.mark import Answer, Marker
 from pgstore.runtime.release import Releaser
+from pgstore.runtime.tracing import Opened, open_span
 
 __all__ = ["JobRun", "Parts"]
 
@@ -66,7 +69,7 @@ class JobRun(asyncio.Future[Any]):
     """One leased job's run (see the module's doc): done when the run is over,
     cancelled when ``cancel()`` cut it short."""
 
-    __slots__ = ("_give_up_at", "_keepers", "_parts", "_task", "_worker_id", "job",
+    __slots__ = ("_give_up_at", "_keepers", "_parts", "_span", "_task", "_worker_id", "job",
                  "leased_at")
 
     def __init__(self, parts: Parts, job: Job, leased_at: int, keepers: LeaseKeepers,
@@ -80,6 +83,17 @@ class JobRun(asyncio.Future[Any]):
         self._task: asyncio.Task[None] | None = None  # running user code, or a settle
         self._worker_id: str | None = None
         self._give_up_at = 0.0  # when the retries of a failed mark stop (monotonic)
+        self._span: Opened | None = None
+
+    def trace(self) -> None:
+        """Open the run's span (before ``start``; see the module's doc), when one records."""
+        job, owner = self.job, self._parts.host.owner
+        self._span = open_span("pgstore.dispatch", {
+            "pgstore.owner": owner, "pgstore.run_id": job.run_id,
+            "pgstore.lease_sequence": job.lease_sequence,
+            "pgstore.dispatch_at": job.dispatch_at,
+            "pgstore.lateness_ms": self.leased_at - job.dispatch_at,
+        })
 
     def start(self, direct: bool) -> None:
         """Start the run: its dispatch, in a task of its own. ``direct``: the loop has no
@@ -87,7 +101,16 @@ class JobRun(asyncio.Future[Any]):
         its checks (one call a job less)."""
         coro = self._dispatch()
         loop = self.get_loop()
-        self._task = asyncio.Task(coro, loop=loop) if direct else loop.create_task(coro)
+        if self._span is not None:
+            self._task = self._span.context.run(loop.create_task, coro)
+        else:
+            self._task = asyncio.Task(coro, loop=loop) if direct else loop.create_task(coro)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        """A task of the run after its dispatch (a settle), in its span's context."""
+        create = self.get_loop().create_task
+        span = self._span
+        return create(coro) if span is None else span.context.run(create, coro)
 
     def cancel(self, msg: Any | None = None) -> bool:
         """Cut the run short (see the module's doc); False when it is over already."""
@@ -127,7 +150,7 @@ class JobRun(asyncio.Future[Any]):
                 provider.ran(job, "error", started)
                 self._keepers.done(job)
                 await parts.releaser.retry_later(job, exc)
-                self._end()
+                self._end(outcome="released")
                 return
             if host.events_active:
                 provider.ran(job, "ok", started)
@@ -136,8 +159,7 @@ class JobRun(asyncio.Future[Any]):
             refused = marker.check(worker_id)
             if refused is not None:  # never sent: refused like a mark the SQL refuses
                 self._keepers.done(job)
-                await marker.settle(job, worker_id, (None, 1, refused))
-                self._end()
+                self._end(outcome=await marker.settle(job, worker_id, (None, 1, refused)))
                 return
             self._worker_id = worker_id
             self._give_up_at = time.monotonic() + marker.mark_timeout
@@ -163,9 +185,9 @@ class JobRun(asyncio.Future[Any]):
             self._keepers.done(self.job)
             answer: Answer = (mark, 1, None)
             if self._parts.marker.completed(self.job, self._worker_id, answer):
-                self._end()
+                self._end(outcome="completed")
                 return
-            self._task = self.get_loop().create_task(self._settle(None, answer))
+            self._task = self._spawn(self._settle(None, answer))
         except Exception as exc:
             self._broken(exc)
 
@@ -177,7 +199,7 @@ class JobRun(asyncio.Future[Any]):
             if not isinstance(exception, Exception):  # not a failure of the call: as a cancel
                 self.cancel()
                 return
-            self._task = self.get_loop().create_task(self._settle(exception, None))
+            self._task = self._spawn(self._settle(exception, None))
         except Exception as exc:
             self._broken(exc)
 
@@ -190,8 +212,7 @@ class JobRun(asyncio.Future[Any]):
                 answer = await parts.marker.retried(job, worker_id, self._give_up_at, failed)
                 self._keepers.done(job)
             assert answer is not None
-            await parts.marker.settle(job, worker_id, answer)
-            self._end()
+            self._end(outcome=await parts.marker.settle(job, worker_id, answer))
         except BaseException as exc:
             self._failed(exc)
             raise
@@ -202,7 +223,7 @@ class JobRun(asyncio.Future[Any]):
         """A step raised ``exc`` (a cancel, or what a bug raises, which its task keeps):
         the lease is no longer kept, and the run is over."""
         self._keepers.done(self.job)
-        self._end(cancelled=isinstance(exc, asyncio.CancelledError))
+        self._end(cancelled=isinstance(exc, asyncio.CancelledError), exc=exc)
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         if not self.done():
@@ -214,10 +235,17 @@ class JobRun(asyncio.Future[Any]):
                   self.job.run_id, exc_info=exc)
         self._failed(exc)
 
-    def _end(self, *, cancelled: bool = False) -> None:
+    def _end(self, *, cancelled: bool = False, outcome: str | None = None,
+             exc: BaseException | None = None) -> None:
+        """The run is over: for its span, ``outcome`` (``Complete``'s, or ``released``)
+        when it ended with one, else what it raised (``exc``), or nothing (cut short)."""
         if self.done():
             return
         self._task = None
+        span = self._span
+        if span is not None:
+            self._span = None
+            span.close(outcome, exc)
         if cancelled:
             super().cancel()
         else:

@@ -31,16 +31,18 @@ microsecond a job for tracing, not the fifteen a current span costs.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 try:
+    from opentelemetry import context as _context
     from opentelemetry import trace as _trace
 except ImportError:  # the otel extra is not installed: spans cost nothing
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["ENABLED", "SpanLike", "finish", "recording", "span"]
+__all__ = ["ENABLED", "Opened", "SpanLike", "finish", "open_span", "recording", "span"]
 
 #: The outcomes that leave a span's status unset (all others set it to error).
 _FINE = frozenset({"ok", "completed", "cancelled"})
@@ -96,6 +98,48 @@ def span(name: str, attributes: Mapping[str, str | int]) -> AbstractContextManag
     if not current.get_span_context().is_valid:
         return _NOTHING  # the no-op tracer's invalid span: nothing to record or propagate
     return _trace.use_span(current, end_on_exit=True)
+
+
+class Opened:
+    """A span opened by ``open_span`` and the context to run its work in (a copy of the
+    opener's, with the span current): ``run(f, *args)`` calls ``f`` there, so a task
+    created through it (``run(loop.create_task, coro)``) runs in it. ``close`` ends it."""
+
+    __slots__ = ("context", "current")
+
+    def __init__(self, current: Any, context: contextvars.Context) -> None:
+        self.current = current
+        self.context = context
+
+    def close(self, outcome: str | None, exc: BaseException | None = None) -> None:
+        """End the span: with ``outcome`` (``finish``) when the work ended with one, else
+        with ``exc`` recorded and an error status, as ``span``'s block does (neither:
+        the work was cut short, and the span just ends)."""
+        current = self.current
+        if outcome is not None:
+            finish(current, outcome)
+        elif exc is not None:
+            current.record_exception(exc)
+            current.set_status(_trace.Status(_trace.StatusCode.ERROR,
+                                             f"{type(exc).__name__}: {exc}"))
+        current.end()
+
+
+def open_span(name: str, attributes: Mapping[str, str | int]) -> Opened | None:
+    """``span`` for work that outlives the block that starts it (the Dispatcher's runs,
+    which go on in tasks and in the batch's answers): the span started, not ended, and a
+    context with it current; None when ``span`` would be the no-op."""
+    global _tracer
+    if not recording():
+        return None
+    if _tracer is None:
+        _tracer = _trace.get_tracer(TRACER_NAME)
+    current = _tracer.start_span(name, attributes=dict(attributes))
+    if not current.get_span_context().is_valid:
+        return None
+    context = contextvars.copy_context()
+    context.run(_context.attach, _trace.set_span_in_context(current))
+    return Opened(current, context)
 
 
 def finish(current: SpanLike, outcome: str) -> None:
