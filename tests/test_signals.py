@@ -73,6 +73,8 @@ class _App:
         try:
             return self.proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, to its stderr
+            time.sleep(2.0)
             pytest.fail(f"still running {WAIT} s after {sig.name}:\n{self.output()}")
 
     def kill(self) -> None:

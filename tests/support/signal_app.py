@@ -10,12 +10,14 @@
 * ``own``: the application handles SIGTERM itself (``loop.add_signal_handler``): its
   handler writes an ``own-handler`` mark and stops both runtimes.
 
-Prints ``stopped`` once both ``run()`` calls have returned.
+Prints ``stopped`` once both ``run()`` calls have returned. On SIGUSR1 it writes
+every thread's stack to stderr (``faulthandler``), for a test that timed out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import signal
 import sys
@@ -79,5 +81,12 @@ async def main(mode: str, schedules: PgScheduleStore, jobs: PgJobStore) -> None:
 
 
 if __name__ == "__main__":
+    # For a test that times out: SIGUSR1 writes every thread's stack to stderr, which
+    # also says how the process found its stop signals.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    print(f"at start: SIGINT {signal.getsignal(signal.SIGINT)!r},"
+          f" SIGTERM {signal.getsignal(signal.SIGTERM)!r},"
+          f" blocked {sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}",
+          file=sys.stderr, flush=True)
     with PgScheduleStore(DSN, schema=SCHEMA) as schedules, PgJobStore(DSN, schema=SCHEMA) as jobs:
         asyncio.run(main(sys.argv[1], schedules, jobs))
