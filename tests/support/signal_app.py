@@ -88,5 +88,12 @@ if __name__ == "__main__":
           f" SIGTERM {signal.getsignal(signal.SIGTERM)!r},"
           f" blocked {sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}",
           file=sys.stderr, flush=True)
+    # An app started from a shell in the foreground finds SIGINT at Python's default.
+    # A test run started in the background (a shell without job control starts its
+    # ``&`` jobs with SIGINT ignored) hands its children an ignored SIGINT, which run()
+    # rightly leaves alone (the signal ignored, as nohup and shells do): this puts the
+    # foreground's back, since the tests ask what a foreground app gets.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with PgScheduleStore(DSN, schema=SCHEMA) as schedules, PgJobStore(DSN, schema=SCHEMA) as jobs:
         asyncio.run(main(sys.argv[1], schedules, jobs))
