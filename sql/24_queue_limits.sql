@@ -349,23 +349,25 @@ BEGIN
     END IF;
     -- A name of at most 1024 characters can still exceed the btree's limit on
     -- index entries (incompressible multibyte characters): bad input, not a crash.
+    -- queue_slots' key, (queue, slot), is a few bytes wider than queues': a name
+    -- that fits the one may not fit the other, so both writes are in the block.
     BEGIN
         INSERT INTO queues AS q (queue, updated_at, concurrency_limit)
         VALUES (p_queue, now_ms(), p_limit)
         ON CONFLICT (queue) DO UPDATE
             SET concurrency_limit = excluded.concurrency_limit,
                 updated_at = excluded.updated_at;
+
+        -- No limit: the concurrency places go, busy or not (a renew then needs
+        -- none). Lowered: the places above it are never taken again; those whose
+        -- lease may live serve it to its end (its renews keep them) and go at a
+        -- later change once that lease shows it ended.
+        PERFORM queue_slots_layout(p_queue, p_limit, v_rate);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'queue is too long to index: at most about 2700 bytes of UTF-8';
     END;
-
-    -- No limit: the concurrency places go, busy or not (a renew then needs
-    -- none). Lowered: the places above it are never taken again; those whose
-    -- lease may live serve it to its end (its renews keep them) and go at a
-    -- later change once that lease shows it ended.
-    PERFORM queue_slots_layout(p_queue, p_limit, v_rate);
     -- Idle dispatchers wake: a raised (or removed) limit may free due jobs.
     PERFORM pg_notify(job_channel(), now_ms()::text);
     RETURN true;
@@ -413,6 +415,7 @@ BEGIN
        OR (v_old_limit, v_old_period) IS NOT DISTINCT FROM (p_limit, p_period_ms) THEN
         RETURN false;
     END IF;
+    -- As in queue_set_concurrency: queue_slots' key is wider than queues'.
     BEGIN
         INSERT INTO queues AS q (queue, updated_at, rate_limit, rate_period_ms)
         VALUES (p_queue, now_ms(), p_limit, p_period_ms)
@@ -420,16 +423,16 @@ BEGIN
             SET rate_limit = excluded.rate_limit,
                 rate_period_ms = excluded.rate_period_ms,
                 updated_at = excluded.updated_at;
+
+        -- The places up to the new limit keep their taken_at: a lease taken
+        -- before a change still counts in the windows it falls in, measured with
+        -- the new period.
+        PERFORM queue_slots_layout(p_queue, v_conc, p_limit);
     EXCEPTION WHEN program_limit_exceeded THEN
         RAISE EXCEPTION USING
             ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'queue is too long to index: at most about 2700 bytes of UTF-8';
     END;
-
-    -- The places up to the new limit keep their taken_at: a lease taken before
-    -- a change still counts in the windows it falls in, measured with the new
-    -- period.
-    PERFORM queue_slots_layout(p_queue, v_conc, p_limit);
     PERFORM pg_notify(job_channel(), now_ms()::text);
     RETURN true;
 END

@@ -420,6 +420,33 @@ def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_sql(db: Database, ca
     db.conn.execute(db.q(call), ["\U0001F600" * 1024]).fetchall()
 
 
+@pytest.mark.parametrize("call", [
+    "SELECT * FROM {s}.queue_set_concurrency(%s, 2)",
+    "SELECT * FROM {s}.queue_set_rate(%s, 2, 1000)",
+])
+def test_a_queue_name_near_the_index_limit_is_kept_or_refused_cleanly(
+    db: Database, call: str
+) -> None:
+    """Every byte length across the btree's limit, in incompressible 4-byte characters
+    (within the 1024-character rule): the limit is set, or 22023 and nothing changed.
+    queue_slots' key (queue, slot) is a few bytes wider than queues': 2,689 to 2,692
+    bytes fitted queues and then failed in queue_slots with 54000 (pgstore_0029)."""
+    outcomes = []
+    for size in range(2_680, 2_712):
+        name = _incompressible_4_byte_id(size // 4) + "a" * (size % 4)
+        assert len(name.encode()) == size
+        before = db.state()
+        try:
+            db.conn.execute(db.q(call), [name]).fetchall()
+            outcomes.append("set")
+        except psycopg.errors.InvalidParameterValue as refused:
+            assert "too long to index" in str(refused)
+            assert db.state() == before, size
+            outcomes.append("refused")
+    assert "set" in outcomes and "refused" in outcomes  # both sides of the limit tried
+    assert outcomes == sorted(outcomes, key=["set", "refused"].index)  # one boundary
+
+
 @pytest.mark.parametrize("method", ["register", "schedule"])
 def test_long_multibyte_id_is_stored_or_rejected_cleanly_in_python(
     db: Database, method: str
