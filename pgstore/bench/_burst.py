@@ -277,15 +277,19 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
         # says the burst is drained.
         left = (f"SELECT EXISTS (SELECT FROM {ident(schema)}.jobs"
                 f" WHERE NOT dispatched AND NOT cancelled AND NOT failed)").encode()
-        idle_calls = None  # the lease calls of the polls before T
-        cpu_at_t = 0.0
+        # The lease calls and the CPU before T, as of the last look before it: counted
+        # from the first look after T instead, the calls of the burst's first tens of
+        # ms (a late look under load) went uncounted.
+        idle_calls, cpu_at_t = store.lease_calls, time.process_time()
+        after_t = False
         try:
             while True:
                 await asyncio.sleep(0.05)
-                if time.time() * 1000 < at_ms:
-                    continue
-                if idle_calls is None:
-                    idle_calls, cpu_at_t = store.lease_calls, time.process_time()
+                if not after_t:
+                    if time.time() * 1000 < at_ms:
+                        idle_calls, cpu_at_t = store.lease_calls, time.process_time()
+                        continue
+                    after_t = True
                 if d.running:
                     continue
                 # Idle: is any job left? Through the pending index, as a lease looks (a
@@ -299,7 +303,7 @@ def _pgstore_worker(index: int, results: Any, gate: Gate, dsn: str, schema: str,
             await runner
             await store.close()
             await conn.close()
-        return {"lease_calls": store.lease_calls - (idle_calls or 0),
+        return {"lease_calls": store.lease_calls - idle_calls,
                 "mark_calls": store.mark_calls, "marks": store.marks,
                 "worker_cpu_s": time.process_time() - cpu_at_t}
 
