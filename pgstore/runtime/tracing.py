@@ -89,21 +89,28 @@ def span(name: str, attributes: Mapping[str, str | int]) -> AbstractContextManag
     """A span ``name`` with ``attributes``, current while the block runs (exceptions
     recorded on it and re-raised); a no-op without opentelemetry-api, and without a
     tracer that records or carries a trace (the API's own no-op tracer)."""
+    current = _started(name, attributes)
+    return _NOTHING if current is None else _trace.use_span(current, end_on_exit=True)
+
+
+def _started(name: str, attributes: Mapping[str, str | int]) -> Any | None:
+    """A span ``name`` started (not current, not ended); None when it would record
+    nothing: no provider set up (yet: the API's tracers would record nothing), or the
+    no-op tracer's invalid span (nothing to record or propagate)."""
     global _tracer
-    if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
-        return _NOTHING  # no SDK set up (yet): the API's tracers would record nothing
+    if not recording():
+        return None
     if _tracer is None:
         _tracer = _trace.get_tracer(TRACER_NAME)
     current = _tracer.start_span(name, attributes=dict(attributes))
-    if not current.get_span_context().is_valid:
-        return _NOTHING  # the no-op tracer's invalid span: nothing to record or propagate
-    return _trace.use_span(current, end_on_exit=True)
+    return current if current.get_span_context().is_valid else None
 
 
 class Opened:
     """A span opened by ``open_span`` and the context to run its work in (a copy of the
-    opener's, with the span current): ``run(f, *args)`` calls ``f`` there, so a task
-    created through it (``run(loop.create_task, coro)``) runs in it. ``close`` ends it."""
+    opener's, with the span current): ``context.run(f, *args)`` calls ``f`` there, so a
+    task created through it (``context.run(loop.create_task, coro)``) runs in it.
+    ``close`` ends it."""
 
     __slots__ = ("context", "current")
 
@@ -129,13 +136,8 @@ def open_span(name: str, attributes: Mapping[str, str | int]) -> Opened | None:
     """``span`` for work that outlives the block that starts it (the Dispatcher's runs,
     which go on in tasks and in the batch's answers): the span started, not ended, and a
     context with it current; None when ``span`` would be the no-op."""
-    global _tracer
-    if not recording():
-        return None
-    if _tracer is None:
-        _tracer = _trace.get_tracer(TRACER_NAME)
-    current = _tracer.start_span(name, attributes=dict(attributes))
-    if not current.get_span_context().is_valid:
+    current = _started(name, attributes)
+    if current is None:
         return None
     context = contextvars.copy_context()
     context.run(_context.attach, _trace.set_span_in_context(current))
